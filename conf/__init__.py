@@ -1,0 +1,1 @@
+"""hpctrain's Hydra configs, shipped as package data (``pkg://hpctrain.conf``)."""

@@ -1,0 +1,142 @@
+"""Structured configs: the schema behind ``conf/``.
+
+Every option is a dataclass registered in Hydra's ConfigStore, so an unknown key or a value of the
+wrong type fails when Hydra composes the config, before anything runs or is submitted. The YAML files
+in ``conf/`` pick these schemas through their defaults lists and hold the values users edit.
+
+This module must stay light: it is imported on login nodes (no torch here).
+"""
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import II, MISSING
+
+PRECISIONS = ("32", "bf16", "fp16")
+
+
+# ---------------------------------------------------------------- model
+@dataclass
+class MLPConfig:
+    _target_: str = "hpctrain.models.mlp.MLP"
+    in_features: int = II("data.num_features")
+    num_classes: int = II("data.num_classes")
+    hidden: int = 256
+    depth: int = 2
+
+
+@dataclass
+class CNNConfig:
+    _target_: str = "hpctrain.models.cnn.CNN"
+    in_channels: int = II("data.channels")
+    num_classes: int = II("data.num_classes")
+    width: int = 32
+
+
+@dataclass
+class GPTConfig:
+    _target_: str = "hpctrain.models.gpt.GPT"
+    vocab_size: int = II("data.vocab_size")
+    block_size: int = II("data.seq_len")
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+
+
+# ---------------------------------------------------------------- data
+@dataclass
+class ClassificationDataConfig:
+    """Points drawn around class centres in ``num_features`` dimensions (a learnable signal)."""
+
+    _target_: str = "hpctrain.data.synthetic.gaussian_classes"
+    num_features: int = 32
+    num_classes: int = 8
+    train_size: int = 16384
+    val_size: int = 2048
+    noise: float = 1.0
+    seed: int = 1234
+
+
+@dataclass
+class ImageDataConfig:
+    """Small images whose class is where a bright square sits, plus noise."""
+
+    _target_: str = "hpctrain.data.synthetic.square_images"
+    image_size: int = 16
+    channels: int = 1
+    num_classes: int = 4
+    train_size: int = 8192
+    val_size: int = 1024
+    noise: float = 0.5
+    seed: int = 1234
+
+
+@dataclass
+class TokenDataConfig:
+    """Token sequences from a sparse random Markov chain: a language model can learn it."""
+
+    _target_: str = "hpctrain.data.synthetic.markov_tokens"
+    vocab_size: int = 64
+    seq_len: int = 64
+    train_size: int = 4096
+    val_size: int = 256
+    branching: int = 4
+    seed: int = 1234
+
+
+# ---------------------------------------------------------------- optim
+@dataclass
+class AdamWConfig:
+    _target_: str = "torch.optim.AdamW"
+    betas: Tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    fused: Optional[bool] = None  # None: fused on CUDA, plain elsewhere
+
+
+@dataclass
+class SGDConfig:
+    _target_: str = "torch.optim.SGD"
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 0.0
+
+
+# ---------------------------------------------------------------- top level
+@dataclass
+class TrainConfig:
+    model: Any = MISSING
+    data: Any = MISSING
+    optim: Any = MISSING
+    lr: float = 3e-3
+    batch_size: int = 64  # global: across ranks and accumulation steps
+    grad_accum: int = 1
+    max_steps: int = 200
+    seed: int = 0
+    precision: str = "32"  # one of PRECISIONS
+    compile: bool = False
+    log_every: int = 10
+    eval_every: int = 100  # 0: no evaluation until the end
+    ckpt_every: int = 100  # 0: only at the end (and on preemption)
+    warmup_steps: int = 10
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    grad_clip: float = 1.0  # 0: no clipping
+    device: str = "auto"  # auto | cpu | cuda
+    num_workers: int = 0
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=TrainConfig)
+    for group, name, node in (
+        ("model", "mlp_schema", MLPConfig),
+        ("model", "cnn_schema", CNNConfig),
+        ("model", "gpt_schema", GPTConfig),
+        ("data", "classification_schema", ClassificationDataConfig),
+        ("data", "images_schema", ImageDataConfig),
+        ("data", "tokens_schema", TokenDataConfig),
+        ("optim", "adamw_schema", AdamWConfig),
+        ("optim", "sgd_schema", SGDConfig),
+    ):
+        cs.store(group=group, name=name, node=node)

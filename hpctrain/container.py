@@ -1,0 +1,55 @@
+"""The Apptainer/Singularity command line that wraps every task of a job.
+
+submitit puts its ``python`` parameter in front of ``-u -m submitit.core._submit FOLDER`` on the srun
+line; this module builds that prefix: ``apptainer exec [--nv] --bind ... IMAGE python``. Every piece
+is shell-quoted, so a bind path or an argument with spaces or metacharacters stays data.
+"""
+
+import os
+import shlex
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+RUNTIMES = ("apptainer", "singularity")
+
+
+def container_command(
+    image: str,
+    runtime: str = "apptainer",
+    gpus: bool = False,
+    binds: Sequence[str] = (),
+    args: Sequence[str] = (),
+    python: str = "python",
+) -> str:
+    argv: List[str] = [runtime, "exec"]
+    if gpus:
+        argv.append("--nv")  # NVIDIA driver libraries and devices inside the container
+    for bind in dict.fromkeys(binds):  # keep order, drop duplicates
+        argv += ["--bind", bind]
+    argv += list(args)
+    argv += [str(image), python]
+    return shlex.join(argv)
+
+
+def default_binds(sweep_dir: Path, project_dir: Path) -> List[str]:
+    """Shared storage the job must see: the sweep dir (runs write there) and the project."""
+    return [str(Path(sweep_dir).resolve()), str(Path(project_dir).resolve())]
+
+
+def check_container(image: Optional[str], runtime: str, binds: Sequence[str]) -> List[str]:
+    """Login-node checks: what would fail on the compute node, said before anything is submitted."""
+    problems: List[str] = []
+    if not image:
+        return problems
+    if runtime not in RUNTIMES:
+        problems.append(f"hydra.launcher.container.runtime={runtime!r}: expected one of {', '.join(RUNTIMES)}")
+    path = Path(image)
+    if not path.exists():
+        problems.append(f"hydra.launcher.container.image={image!r}: file not found")
+    elif not path.is_file() or not os.access(path, os.R_OK):
+        problems.append(f"hydra.launcher.container.image={image!r}: not a readable file")
+    for bind in binds:
+        src = bind.split(":", 1)[0]
+        if not Path(src).exists():
+            problems.append(f"hydra.launcher.container.binds: {bind!r}: source path {src!r} does not exist")
+    return problems

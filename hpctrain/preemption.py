@@ -1,0 +1,47 @@
+"""Take submitit's preemption/timeout signal at a step boundary.
+
+submitit handles USR2 (sent before the time limit, or on preemption) by calling the job's
+``checkpoint()`` and requeueing at once, from inside the signal handler, which can land in the middle
+of an optimizer step. The guard below only records the signal; the trainer checks it at step
+boundaries (all ranks agree on the step), saves a consistent checkpoint on rank 0, and then hands the
+signal to submitit's own handler, which requeues the job and exits.
+"""
+
+import os
+import signal
+import sys
+import types
+from typing import Any, Callable, Optional
+
+
+class PreemptionGuard:
+    def __init__(self) -> None:
+        self.requested = False
+        self._signum: Optional[int] = None
+        self._previous: Optional[Callable[..., Any]] = None
+
+    def install(self) -> "PreemptionGuard":
+        if not os.environ.get("SUBMITIT_EXECUTOR"):
+            return self  # not a submitit job: nobody will requeue us
+        from submitit import JobEnvironment
+
+        self._signum = JobEnvironment._usr_sig()
+        previous = signal.getsignal(self._signum)
+        if callable(previous):
+            self._previous = previous
+            signal.signal(self._signum, self._record)
+        return self
+
+    def _record(self, signum: int, frame: Optional[types.FrameType]) -> None:
+        self.requested = True
+
+    def hand_over(self) -> None:
+        """Let submitit requeue (rank 0) and exit; never returns."""
+        assert self._previous is not None and self._signum is not None
+        self._previous(self._signum, None)  # rank 0: checkpoint(), scontrol requeue, sys.exit
+        sys.exit(0)  # other ranks: submitit's handler returns; their work is done
+
+    def uninstall(self) -> None:
+        """Restore submitit's handler (a signal after the last step is moot: the run is done)."""
+        if self._previous is not None and self._signum is not None:
+            signal.signal(self._signum, self._previous)

@@ -1,0 +1,1 @@
+"""Login-node review commands: status, report, cancel, tensorboard. Never imports torch."""

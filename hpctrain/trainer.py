@@ -1,0 +1,316 @@
+"""The training loop: DDP, gradient accumulation, mixed precision, checkpoints, logging."""
+
+import contextlib
+import logging
+import math
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+
+from hpctrain import checkpoint, runfiles
+from hpctrain.build import build_data, build_model, build_optimizer
+from hpctrain.distributed import DistInfo
+from hpctrain.metrics import NullLogger, RunLogger, Throughput, peak_flops
+from hpctrain.preemption import PreemptionGuard
+
+log = logging.getLogger(__name__)
+
+
+def micro_batch_size(batch_size: int, world_size: int, grad_accum: int) -> int:
+    per_step = world_size * grad_accum
+    if batch_size % per_step:
+        raise ValueError(
+            f"batch_size={batch_size} must be divisible by world_size x grad_accum = {world_size} x {grad_accum}"
+        )
+    return batch_size // per_step
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float):
+    """Linear warmup, then cosine decay to ``min_ratio`` of the peak."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+class ResumableSampler(Sampler):
+    """This rank's shard of an epoch (DistributedSampler), starting after ``skip`` micro-batches."""
+
+    def __init__(self, dataset: Dataset, info: DistInfo, seed: int, micro_bs: int) -> None:
+        self.inner = DistributedSampler(
+            dataset, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=seed, drop_last=True
+        )
+        self.micro_bs = micro_bs
+        self.skip = 0
+
+    def set_position(self, epoch: int, skip: int) -> None:
+        self.inner.set_epoch(epoch)  # a new shuffle every epoch, the same on every rank
+        self.skip = skip
+
+    def __iter__(self) -> Iterator[int]:
+        indices = list(self.inner)
+        return iter(indices[self.skip * self.micro_bs :])
+
+    def __len__(self) -> int:
+        return len(self.inner) - self.skip * self.micro_bs
+
+
+class Trainer:
+    def __init__(self, cfg: DictConfig, run_dir: Path, info: DistInfo) -> None:
+        self.cfg, self.run_dir, self.info = cfg, Path(run_dir), info
+        self.device = info.device
+        self.grad_accum = cfg.grad_accum
+        self.micro_bs = micro_batch_size(cfg.batch_size, info.world_size, cfg.grad_accum)
+        checkpoint.seed_everything(cfg.seed)  # same initial weights on every rank
+
+        splits = build_data(cfg.data)
+        self.train_set, self.val_set = splits.train, splits.val
+        self.raw_model = build_model(cfg.model).to(self.device)
+        self.model = self._wrap(self.raw_model)
+        self.optimizer = build_optimizer(cfg.optim, self.raw_model, cfg.lr, self.device)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
+        )
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(cfg.precision))
+
+        self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
+        self.sampler = ResumableSampler(self.train_set, info, cfg.seed, self.micro_bs)
+        self.batches_per_epoch = len(self.sampler.inner) // self.micro_bs
+        if self.batches_per_epoch == 0:
+            raise ValueError(
+                f"batch_size={cfg.batch_size}: a micro-batch of {self.micro_bs} is larger than this rank's "
+                f"{len(self.sampler.inner)} training samples"
+            )
+        self.ckpt_path = self.run_dir / runfiles.CKPT
+        self.maybe_resume()
+        self.logger = RunLogger(self.run_dir, self.step) if info.is_main else NullLogger()
+        self.guard = PreemptionGuard()
+
+    # ------------------------------------------------------------------ setup
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        if self.cfg.compile:
+            model = torch.compile(model)  # compile first, then DDP (torch docs' recommended order)
+        if self.info.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            model = DDP(model, device_ids=ids)
+        return model
+
+    def _loader(self) -> DataLoader:
+        collate = getattr(self.train_set, "collate", None)
+        return DataLoader(
+            self.train_set,
+            batch_size=self.micro_bs,
+            sampler=self.sampler,
+            drop_last=True,
+            num_workers=self.cfg.num_workers,
+            pin_memory=self.device.type == "cuda",
+            collate_fn=collate,
+            persistent_workers=False,
+        )
+
+    def batches(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        """Micro-batches forever; (epoch, batch_in_epoch) is the resumable data position."""
+        while True:
+            self.sampler.set_position(self.epoch, self.batch_in_epoch)
+            for x, y in self._loader():
+                self.batch_in_epoch += 1
+                yield x, y
+            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> Dict[str, Any]:
+        return {
+            "model": self.raw_model.state_dict(),  # unwrapped and uncompiled
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "step": self.step,
+            "data": {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
+            "rng": checkpoint.rng_state(),
+            "config": OmegaConf.to_container(self.cfg, resolve=True),
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.raw_model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step = int(state["step"])
+        self.epoch = int(state["data"]["epoch"])
+        self.batch_in_epoch = int(state["data"]["batch_in_epoch"])
+        checkpoint.set_rng_state(state["rng"])
+
+    def maybe_resume(self) -> None:
+        state = checkpoint.load(self.ckpt_path, map_location=self.device)
+        if state is not None:
+            self.load_state_dict(state)
+            log.info("resumed from %s at step %d", self.ckpt_path, self.step)
+
+    def save_checkpoint(self) -> None:
+        if self.info.is_main:
+            checkpoint.save_atomic(self.state_dict(), self.ckpt_path)
+        if self.info.enabled:
+            dist.barrier()  # nobody moves on (or exits for a requeue) before the checkpoint exists
+
+    # ------------------------------------------------------------------ steps
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def loss_fn(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = self.model(x)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+    def train_step(self, batches: Iterator) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        loss_sum = torch.zeros((), device=self.device)
+        for micro in range(self.grad_accum):
+            x, y = next(batches)
+            x = x.to(self.device, non_blocking=True)
+            y = y.to(self.device, non_blocking=True)
+            if self.info.enabled:
+                # all-reduce gradients on the last micro-step only; earlier ones accumulate locally
+                self.model.require_backward_grad_sync = micro == self.grad_accum - 1
+            with self.autocast():
+                loss = self.loss_fn(x, y) / self.grad_accum  # mean over the whole global batch
+            self.scaler.scale(loss).backward()
+            loss_sum += loss.detach()
+        grad_norm = None
+        if self.cfg.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        return loss_sum, grad_norm
+
+    @torch.no_grad()
+    def evaluate(self, max_batches: int = 20) -> Optional[float]:
+        if self.val_set is None:
+            return None
+        self.model.eval()
+        n = min(len(self.val_set), max_batches * self.micro_bs)
+        idx = list(range(self.info.rank, n, self.info.world_size))
+        loader = DataLoader(self.val_set, batch_size=self.micro_bs, sampler=idx,
+                            collate_fn=getattr(self.val_set, "collate", None))
+        total = torch.zeros(2, device=self.device)
+        for x, y in loader:
+            with self.autocast():
+                logits = self.raw_model(x.to(self.device))
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.to(self.device).reshape(-1),
+                                       reduction="sum")
+            total += torch.stack([loss, torch.tensor(float(y.numel()), device=self.device)])
+        if self.info.enabled:
+            dist.all_reduce(total)
+        self.model.train()
+        return (total[0] / total[1].clamp(min=1)).item()
+
+    def _reduce_for_log(self, loss_acc: torch.Tensor, steps: int) -> Tuple[float, bool]:
+        """Mean train loss over the interval, across ranks, and whether any rank was signalled.
+
+        One collective on log steps only; ``.item()`` here is the only host sync of the interval.
+        """
+        packed = torch.stack([loss_acc / max(steps, 1), torch.tensor(float(self.guard.requested), device=self.device)])
+        if self.info.enabled:
+            dist.all_reduce(packed)
+            packed[0] /= self.info.world_size
+        loss, stop = packed.tolist()
+        return loss, stop > 0
+
+    def _flops_per_step(self) -> Optional[float]:
+        per_sample = getattr(self.raw_model, "flops_per_sample", None)
+        if per_sample is None:
+            return None
+        return per_sample() * self.cfg.batch_size
+
+    def fit(self) -> Dict[str, Any]:
+        cfg = self.cfg
+        tokens = self.train_set[0][1].numel()  # targets per sample: 1, or the sequence length for an LM
+        meter = Throughput(cfg.batch_size, tokens, self._flops_per_step(), peak_flops(self.device), self.info.world_size)
+        self.model.train()
+        self.guard.install()
+        started = time.time()
+        self.logger.progress(status=runfiles.RUNNING, step=self.step, max_steps=cfg.max_steps, started=started,
+                             error=None)
+        batches = self.batches()
+        loss_acc, interval = torch.zeros((), device=self.device), 0
+        last: Dict[str, float] = {}
+        while self.step < cfg.max_steps:
+            loss, grad_norm = self.train_step(batches)
+            loss_acc += loss
+            interval += 1
+            meter.step()
+            last_step = self.step == cfg.max_steps
+            if self.step % cfg.log_every == 0 or last_step or (not self.info.enabled and self.guard.requested):
+                mean_loss, stop = self._reduce_for_log(loss_acc, interval)
+                loss_acc.zero_()
+                interval = 0
+                last = {"train/loss": mean_loss, "train/lr": self.scheduler.get_last_lr()[0], **meter.read()}
+                if grad_norm is not None:
+                    last["train/grad_norm"] = float(grad_norm)
+                self.logger.scalars(last, self.step)
+                self.logger.progress(step=self.step, metrics=last)
+                if stop and not last_step:
+                    self._preempted()
+            if cfg.eval_every and self.step % cfg.eval_every == 0 and not last_step:
+                self._log_eval(last)
+            if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and not last_step:
+                self.save_checkpoint()
+        self.guard.uninstall()
+        self._log_eval(last)
+        self.save_checkpoint()
+        final = {k: v for k, v in last.items() if not k.startswith("perf/")}
+        result = {"status": runfiles.COMPLETED, "step": self.step, "max_steps": cfg.max_steps, "metrics": last,
+                  "elapsed_s": time.time() - started}
+        self.logger.finish(self._hparams(), {f"final/{k.replace('/', '_')}": v for k, v in final.items()})
+        self.logger.progress(**result)
+        self.logger.close()
+        return result
+
+    def _log_eval(self, last: Dict[str, float]) -> None:
+        val = self.evaluate()
+        if val is not None:
+            last["val/loss"] = val
+            self.logger.scalars({"val/loss": val}, self.step)
+
+    def _preempted(self) -> None:
+        log.warning("preemption/timeout signal: checkpointing at step %d, then requeue", self.step)
+        self.save_checkpoint()
+        self.logger.progress(status=runfiles.REQUEUED, step=self.step)
+        self.logger.close()
+        self.guard.hand_over()
+
+    def _hparams(self) -> Dict[str, Any]:
+        return flatten(OmegaConf.to_container(self.cfg, resolve=True))
+
+
+def flatten(node: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """``{"model": {"hidden": 8}}`` -> ``{"model.hidden": 8}``, leaves as TensorBoard hparam values."""
+    out: Dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value if isinstance(value, (int, float, str, bool)) else str(value)
+    return out
+
+
+def error_tail(exc: BaseException, lines: int = 15) -> str:
+    text = "".join(traceback.format_exception(exc))
+    return "\n".join(text.rstrip().splitlines()[-lines:])

@@ -1,0 +1,125 @@
+"""Checks of one composed config, cheap enough to run for every point of a 1000-run sweep.
+
+Runs on the login node: no torch, and ``_target_`` classes are checked without importing them (the
+module file is found on the import path and parsed), so nothing heavy is imported or built.
+"""
+
+import ast
+import functools
+import importlib.util
+from pathlib import Path
+from typing import List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from hpctrain.config import PRECISIONS
+
+
+def validate_job(cfg: DictConfig, world_size: int = 1) -> List[str]:
+    """Every problem of this config, each one line naming the key, the value and what is expected."""
+    problems: List[str] = []
+    try:
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", "") or "config"
+        return [f"{key}: {str(exc).splitlines()[0]}"]
+
+    def expect(ok: bool, key: str, what: str) -> None:
+        if not ok:
+            problems.append(f"{key}={OmegaConf.select(cfg, key)!r}: expected {what}")
+
+    expect(cfg.lr > 0, "lr", "a number > 0")
+    expect(cfg.max_steps > 0, "max_steps", "an integer > 0")
+    expect(cfg.batch_size > 0, "batch_size", "an integer > 0")
+    expect(cfg.grad_accum >= 1, "grad_accum", "an integer >= 1")
+    expect(str(cfg.precision) in PRECISIONS, "precision", f"one of {', '.join(PRECISIONS)}")
+    expect(cfg.log_every >= 1, "log_every", "an integer >= 1")
+    expect(cfg.eval_every >= 0, "eval_every", "an integer >= 0 (0: only at the end)")
+    expect(cfg.ckpt_every >= 0, "ckpt_every", "an integer >= 0 (0: only at the end)")
+    expect(cfg.warmup_steps >= 0, "warmup_steps", "an integer >= 0")
+    expect(0 <= cfg.min_lr_ratio <= 1, "min_lr_ratio", "a number in [0, 1]")
+    expect(cfg.grad_clip >= 0, "grad_clip", "a number >= 0 (0: no clipping)")
+    expect(cfg.device in ("auto", "cpu", "cuda"), "device", "auto, cpu or cuda")
+    expect(cfg.num_workers >= 0, "num_workers", "an integer >= 0")
+    if cfg.batch_size > 0 and cfg.grad_accum >= 1 and cfg.batch_size % (world_size * cfg.grad_accum):
+        problems.append(
+            f"batch_size={cfg.batch_size}: expected a multiple of world_size x grad_accum = "
+            f"{world_size} x {cfg.grad_accum} (the batch is global)"
+        )
+    for group in ("model", "data", "optim"):
+        target = OmegaConf.select(cfg, f"{group}._target_")
+        error = target_error(target) if isinstance(target, str) else "a class path such as pkg.module.Class"
+        if error:
+            problems.append(f"{group}._target_={target!r}: {error}")
+    return problems
+
+
+@functools.lru_cache(maxsize=None)
+def target_error(path: str) -> Optional[str]:
+    """None when ``pkg.module.Name`` can be found, else what is wrong. Imports nothing."""
+    module, _, name = path.rpartition(".")
+    if not module or not name:
+        return "expected a dotted path pkg.module.Name"
+    source = _module_source(module)
+    if source is None:
+        return f"module {module!r} not found on the Python path"
+    if source == "":
+        return None  # an extension or namespace module: cannot look inside without importing it
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return f"module {module!r} does not parse: {exc}"
+    if _defines(tree, name):
+        return None
+    return f"module {module!r} has no {name!r}"
+
+
+def _module_source(module: str) -> Optional[str]:
+    """The module's source text, '' if it exists without Python source, None if it is not there."""
+    parts = module.split(".")
+    spec = importlib.util.find_spec(parts[0])  # a top-level name is found without importing it
+    if spec is None:
+        return None
+    path: Optional[Path] = Path(spec.origin) if spec.origin else None
+    dirs = [Path(p) for p in (spec.submodule_search_locations or [])]
+    for part in parts[1:]:
+        for base in dirs:
+            if (base / part / "__init__.py").is_file():
+                path, dirs = base / part / "__init__.py", [base / part]
+                break
+            if (base / f"{part}.py").is_file():
+                path, dirs = base / f"{part}.py", []
+                break
+            if (base / part).is_dir():  # namespace package
+                path, dirs = None, [base / part]
+                break
+            if any(base.glob(f"{part}.*.so")):
+                return ""
+        else:
+            return None
+    if path is None or path.suffix != ".py":
+        return ""
+    return path.read_text(errors="replace")
+
+
+def _defines(tree: ast.Module, name: str) -> bool:
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*" or (alias.asname or alias.name.split(".")[-1]) == name:
+                    return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return True
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return True
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            return True  # lazy module attributes: trust it
+        if isinstance(node, (ast.If, ast.Try)):  # names bound under `if TYPE_CHECKING`/`try: import`
+            inner = ast.Module(body=list(ast.iter_child_nodes(node)), type_ignores=[])
+            inner.body = [n for n in inner.body if isinstance(n, ast.stmt)]
+            if _defines(inner, name):
+                return True
+    return False

@@ -1,0 +1,68 @@
+"""Launcher configs (ConfigStore group ``hydra/launcher``).
+
+No ``from __future__ import annotations`` here: Hydra's plugin scan breaks dataclasses under it.
+Resource names carry their units, as submitit names them (timeout_min, mem_gb, signal_delay_s).
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+_PKG = "hydra_plugins.hpctrain_launcher"
+
+
+@dataclass
+class ContainerConf:
+    image: Optional[str] = None  # path to an Apptainer/Singularity image (.sif); None: no container
+    runtime: str = "apptainer"  # apptainer | singularity
+    binds: List[str] = field(default_factory=list)  # extra SRC[:DST[:OPTS]]; sweep dir and project always
+    args: List[str] = field(default_factory=list)  # extra `exec` options, e.g. [--cleanenv]
+    python: str = "python"  # the interpreter inside the image
+
+
+@dataclass
+class BaseLauncherConf:
+    _target_: str = ""
+    submitit_folder: str = "${hydra.sweep.dir}/.submitit"
+    dry_run: bool = False  # print what would be submitted, submit nothing
+    max_retries: int = 1  # a crashed run is requeued this many times before it counts as failed
+    timeout_min: int = 60
+    signal_delay_s: int = 90  # USR2 this long before the time limit: checkpoint and requeue
+    max_num_timeout: int = 3  # requeues after time limits (preemptions do not count)
+    tasks_per_node: Optional[int] = None  # default: gpus_per_node when GPUs are asked for, else 1
+    gpus_per_node: Optional[int] = None
+    setup: List[str] = field(default_factory=list)  # shell lines run before the job's tasks start
+    env: Dict[str, str] = field(default_factory=dict)  # variables exported for the job
+    python: Optional[str] = None  # interpreter on the compute node; default: this one
+    container: ContainerConf = field(default_factory=ContainerConf)
+
+
+@dataclass
+class LocalLauncherConf(BaseLauncherConf):
+    _target_: str = f"{_PKG}.local.LocalLauncher"
+    timeout_min: int = 24 * 60
+    signal_delay_s: int = 30
+    max_parallel: Optional[int] = None  # default: one run per visible GPU, or one on a CPU-only machine
+
+
+@dataclass
+class SlurmLauncherConf(BaseLauncherConf):
+    _target_: str = f"{_PKG}.slurm.SlurmLauncher"
+    wait: bool = False  # block until every run ends and return their results
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    nodes: int = 1
+    cpus_per_task: Optional[int] = None
+    mem_gb: Optional[float] = None
+    constraint: Optional[str] = None
+    exclude: Optional[str] = None
+    array_parallelism: int = 256
+    job_name: str = "${hydra.job.name}"
+    additional_parameters: Dict[str, Any] = field(default_factory=dict)  # any other sbatch option
+    srun_args: List[str] = field(default_factory=list)
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="local", node=LocalLauncherConf, provider="hpctrain")
+ConfigStore.instance().store(group="hydra/launcher", name="slurm", node=SlurmLauncherConf, provider="hpctrain")

@@ -1,0 +1,184 @@
+"""One base launcher (plan, validate, submit, return or wait); local and Slurm differ in a few hooks.
+
+Login-node code: submitit and hpctrain's light modules only, never torch. The launcher works for any
+Hydra app; hpctrain's own checks run only when the task function carries ``validate_job``.
+"""
+
+import logging
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+from hpctrain import runfiles
+from hpctrain.container import check_container, container_command, default_binds
+
+from .plan import PlanError, Run, plan_runs, task_config
+
+log = logging.getLogger(__name__)
+
+
+class LaunchError(Exception):
+    """Bad input found on the login node: nothing was submitted."""
+
+
+class BaseLauncher(Launcher):
+    kind = "base"
+
+    def __init__(self, **params: Any) -> None:
+        self.params: DictConfig = OmegaConf.create(params)
+        self.config: Optional[DictConfig] = None
+        self.task_function: Optional[TaskFunction] = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    # ------------------------------------------------------------------ hooks
+    def gpus_per_node(self) -> int:
+        return int(self.params.gpus_per_node or 0)
+
+    def tasks_per_node(self) -> int:
+        return int(self.params.tasks_per_node or self.gpus_per_node() or 1)
+
+    def world_size(self) -> int:
+        return self.tasks_per_node()
+
+    def check_resources(self) -> List[str]:
+        return []
+
+    def submit(self, runs: List[Run], job: Any, python: str, sweep_dir: Path) -> List[Any]:
+        raise NotImplementedError
+
+    def dry_run_text(self, runs: List[Run], python: str, sweep_dir: Path) -> str:
+        return ""
+
+    def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the flow
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        try:
+            runs = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx)
+        except PlanError as exc:
+            raise LaunchError(f"nothing submitted: bad sweep points:\n{exc}") from None
+        problems = self.check(runs, sweep_dir)
+        if problems:
+            lines = "\n".join(f"  {p}" for p in problems)
+            raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
+
+        done = [r for r in runs if runfiles.is_completed(r.run_dir)]
+        todo = [r for r in runs if not runfiles.is_completed(r.run_dir)]
+        for r in done:
+            print(f"  skip {r.name}: already completed")
+        python = self.python_command(sweep_dir)
+        if self.params.dry_run:
+            print(self.dry_run_text(todo, python, sweep_dir))
+            print(f"runs ({len(todo)} to submit, {len(done)} already completed):")
+            for r in todo:
+                print(f"  {r.idx:>4}  {r.run_dir}")
+            print("dry run: nothing submitted")
+            return [self._placeholder(r, JobStatus.UNKNOWN) for r in runs]
+        if not todo:
+            print(f"all {len(runs)} runs of {sweep_dir} already completed: nothing to submit")
+            return [self._placeholder(r, JobStatus.COMPLETED) for r in runs]
+
+        from .job import SweepJob, save_payload
+
+        payload = sweep_dir / ".hpctrain" / f"launch-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.pkl"
+        save_payload(payload, self.hydra_context, self.task_function, self.config)
+        job = SweepJob(str(payload), str(sweep_dir), int(self.params.max_retries))
+        jobs = self.submit(todo, job, python, sweep_dir)
+        self.write_manifest(sweep_dir, todo, jobs)
+        return self.finish(todo, jobs, sweep_dir)
+
+    def check(self, runs: List[Run], sweep_dir: Path) -> List[str]:
+        """Every problem at once: launcher settings, then each sweep point's config."""
+        problems = self.check_resources()
+        problems += _check_writable(sweep_dir)
+        c = self.params.container
+        problems += check_container(c.image, c.runtime, list(c.binds))
+        for name in self.params.env:
+            if runfiles.looks_secret(name):
+                problems.append(
+                    f"hydra.launcher.env.{name}: looks like a secret; it would be written to the job script. "
+                    f"Export it in your shell instead (Slurm passes your environment to the job)"
+                )
+        for key in ("max_retries", "max_num_timeout", "signal_delay_s"):
+            if int(self.params[key]) < 0:
+                problems.append(f"hydra.launcher.{key}={self.params[key]}: expected an integer >= 0")
+        if int(self.params.timeout_min) <= 0:
+            problems.append(f"hydra.launcher.timeout_min={self.params.timeout_min}: expected an integer > 0")
+        validate = getattr(self.task_function, "validate_job", None)
+        if validate is not None:
+            for run in runs:
+                for p in validate(task_config(run), world_size=self.world_size()):
+                    problems.append(f"run {run.idx} ({' '.join(run.overrides) or 'no overrides'}): {p}")
+        return problems
+
+    def python_command(self, sweep_dir: Path) -> str:
+        c = self.params.container
+        if not c.image:
+            return self.params.python or shlex.quote(sys.executable)
+        binds = default_binds(sweep_dir, Path.cwd()) + list(c.binds)
+        return container_command(str(Path(c.image).absolute()), c.runtime, self.gpus_per_node() > 0, binds,
+                                 list(c.args), c.python)
+
+    def setup_lines(self) -> List[str]:
+        lines = [f"export {name}={shlex.quote(str(value))}" for name, value in self.params.env.items()]
+        return lines + list(self.params.setup)
+
+    def write_manifest(self, sweep_dir: Path, runs: List[Run], jobs: List[Any]) -> None:
+        manifest = runfiles.read_manifest(sweep_dir) or {"runs": {}, "submissions": []}
+        job_ids = [str(j.job_id) for j in jobs]
+        manifest.update(launcher=self.kind, app=getattr(self.task_function, "__module__", None),
+                        submitit_folder=str(self.params.submitit_folder))
+        manifest["submissions"].append({"time": time.time(), "job_ids": sorted({i.split("_")[0] for i in job_ids}),
+                                        "runs": [r.idx for r in runs]})
+        for run, job_id in zip(runs, job_ids):
+            manifest["runs"][str(run.idx)] = {
+                "name": run.name,
+                "run_dir": os.path.relpath(run.run_dir, sweep_dir),
+                "overrides": run.overrides,
+                "job_id": job_id,
+                "max_steps": OmegaConf.select(run.cfg, "max_steps", default=None),
+            }
+        runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
+
+    def _placeholder(self, run: Run, status: JobStatus) -> JobReturn:
+        ret = JobReturn(overrides=run.overrides, status=status, _return_value=None)
+        ret.working_dir = str(run.run_dir)
+        return ret
+
+
+def _check_writable(sweep_dir: Path) -> List[str]:
+    parent = sweep_dir
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return [f"hydra.sweep.dir={str(sweep_dir)!r}: cannot be written ({parent} is not a writable directory)"]
+    return []
+
+
+def summary_lines(runs: List[Run]) -> List[str]:
+    """One line per run: its values, status, final loss, where its TensorBoard logs are."""
+    lines = []
+    for run in runs:
+        record = runfiles.read_metrics(run.run_dir) or {}
+        metrics = record.get("metrics") or {}
+        loss = metrics.get("train/loss")
+        loss_s = f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"
+        values = " ".join(filter_overrides(run.overrides)) or "(defaults)"
+        lines.append(f"  #{run.idx:<3} {values:<30} {record.get('status', 'unknown'):<10} "
+                     f"loss={loss_s:<8} tb={run.run_dir / runfiles.TB_DIR}")
+    return lines

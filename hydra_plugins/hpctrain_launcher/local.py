@@ -1,0 +1,106 @@
+"""``hydra/launcher=local``: the same jobs on this machine, through submitit's local executor.
+
+submitit's local executor starts every job of an array at once; this launcher keeps at most
+``max_parallel`` runs going, each pinned to its own GPUs, and waits for all of them.
+"""
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, List
+
+from hydra.core.utils import JobReturn, JobStatus
+
+from .launcher import BaseLauncher, LaunchError, Run, summary_lines
+
+
+def visible_gpus() -> List[int]:
+    """GPU indices this process may use, found without importing torch."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return list(range(len([d for d in env.split(",") if d.strip()])))
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return list(range(sum(line.startswith("GPU ") for line in out.splitlines())))
+
+
+class LocalLauncher(BaseLauncher):
+    kind = "local"
+
+    def gpus_per_node(self) -> int:
+        if self.params.gpus_per_node is not None:
+            return int(self.params.gpus_per_node)
+        tasks = int(self.params.tasks_per_node or 1)
+        return tasks if visible_gpus() else 0
+
+    def max_parallel(self) -> int:
+        if self.params.max_parallel:
+            return int(self.params.max_parallel)
+        per_run = self.gpus_per_node()
+        return max(1, len(visible_gpus()) // per_run) if per_run else 1
+
+    def check_resources(self) -> List[str]:
+        problems = []
+        gpus, per_run = visible_gpus(), self.gpus_per_node()
+        if per_run > len(gpus):
+            problems.append(f"hydra.launcher.gpus_per_node={per_run}: this machine has {len(gpus)} visible GPU(s)")
+        if self.params.max_parallel is not None and int(self.params.max_parallel) < 1:
+            problems.append(f"hydra.launcher.max_parallel={self.params.max_parallel}: expected an integer >= 1")
+        return problems
+
+    def submit(self, runs: List[Run], job: Any, python: str, sweep_dir: Path) -> List[Any]:
+        import submitit
+
+        executor = submitit.LocalExecutor(
+            folder=str(self.params.submitit_folder), max_num_timeout=int(self.params.max_num_timeout), python=python
+        )
+        per_run, parallel = self.gpus_per_node(), self.max_parallel()
+        executor.update_parameters(
+            timeout_min=int(self.params.timeout_min),
+            tasks_per_node=self.tasks_per_node(),
+            gpus_per_node=per_run,
+            signal_delay_s=int(self.params.signal_delay_s),
+            setup=self.setup_lines(),
+        )
+        print(f"hpctrain: {len(runs)} run(s) on this machine, {parallel} at a time, "
+              f"{self.tasks_per_node()} rank(s) each; sweep dir {sweep_dir}")
+        free = [list(range(s * per_run, (s + 1) * per_run)) for s in range(parallel)]
+        pending, running, jobs = list(runs), {}, {}
+        while pending or running:
+            while pending and free:
+                run, gpus = pending.pop(0), free.pop(0)
+                executor.update_parameters(visible_gpus=tuple(gpus))
+                jobs[run.idx] = submitted = executor.submit(job, run.idx, run.overrides)
+                running[run.idx] = (submitted, gpus)
+                print(f"  started #{run.idx} {run.name} (job {submitted.job_id})", flush=True)
+            for idx, (submitted, gpus) in list(running.items()):
+                if submitted.done():
+                    del running[idx]
+                    free.append(gpus)
+                    print(f"  ended   #{idx} ({submitted.state.lower()})", flush=True)
+            time.sleep(0.2)
+        return [jobs[r.idx] for r in runs]
+
+    def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
+        returns = []
+        for run, job in zip(runs, jobs):
+            ret = self._placeholder(run, JobStatus.COMPLETED)
+            exc = job.exception()
+            if exc is not None:
+                ret.status, ret._return_value = JobStatus.FAILED, exc
+            else:
+                ret._return_value = job.result()
+            returns.append(ret)
+        print(f"sweep {sweep_dir}:")
+        print("\n".join(summary_lines(runs)))
+        failed = sum(r.status == JobStatus.FAILED for r in returns)
+        print(f"{len(runs) - failed} completed, {failed} failed.  Next: python -m hpctrain report {sweep_dir}")
+        if failed:
+            raise LaunchError(f"{failed} of {len(runs)} run(s) failed: their metrics.json hold the errors")
+        return returns
