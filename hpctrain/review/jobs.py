@@ -1,0 +1,105 @@
+"""What a job left behind besides metrics.json: its submitit logs and result, its process, our cancel record.
+
+Nothing here unpickles anything (a result pickle may hold objects whose import is heavy or unsafe):
+the outcome is read from the pickle's first bytes, ``("success", ...)`` or ``("error", ...)``.
+"""
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from hpctrain import runfiles
+
+CANCELLED_FILE = Path(".hpctrain") / "cancelled.json"
+
+# Slurm writes these into the job's stderr; submitit logs the last one when it gives up.
+_MARKERS = [
+    ("timeout", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT|timed-out too many times")),
+    ("cancelled", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT")),
+]
+
+
+def log_path(folder: Path, job_id: str, stream: str = "out") -> Path:
+    """submitit's log of rank 0: ``<folder>/<job_id>_0_log.out`` (``<array>_<task>_0_log.out`` for arrays)."""
+    return Path(folder) / f"{job_id}_0_log.{stream}"
+
+
+def tail(path: Path, max_bytes: int = 8192) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def tail_lines(path: Path, n: int = 10) -> List[str]:
+    lines = [line for line in tail(path).splitlines() if line.strip()]
+    return lines[-n:]
+
+
+def log_marker(folder: Path, job_id: str) -> Optional[str]:
+    """``"timeout"`` or ``"cancelled"`` when Slurm or submitit wrote so at the end of the job's logs."""
+    text = tail(log_path(folder, job_id, "err"), 4096) + tail(log_path(folder, job_id, "out"), 4096)
+    for state, pattern in _MARKERS:
+        if pattern.search(text):
+            return state
+    return None
+
+
+def result_outcome(folder: Path, job_id: str) -> Optional[str]:
+    """``"success"``/``"error"`` from submitit's result pickle of rank 0, None when there is none."""
+    try:
+        with open(Path(folder) / f"{job_id}_0_result.pkl", "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return None
+    found = {word: head.find(word.encode()) for word in ("success", "error")}
+    found = {word: at for word, at in found.items() if at >= 0}
+    return min(found, key=found.get) if found else None  # the tuple's first item comes first
+
+
+def pid_alive(pid: str, needle: str = "submitit") -> bool:
+    """A live (not zombie) process whose command line mentions ``needle`` (guards against reused pids)."""
+    if not str(pid).isdigit():
+        return False
+    proc = Path("/proc") / str(pid)
+    if not Path("/proc/self").exists():  # no procfs (macOS): signal 0 is all there is
+        try:
+            os.kill(int(pid), 0)
+            return True
+        except OSError:
+            return False
+    try:
+        stat = (proc / "stat").read_text()
+        cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X") and needle in cmdline
+
+
+def launcher_pid(sweep_dir: Path) -> Optional[str]:
+    """The pid of the newest launch (the launcher names its payload ``launch-<date>-<time>-<pid>.pkl``)."""
+    payloads = sorted((Path(sweep_dir) / ".hpctrain").glob("launch-*-*.pkl"))
+    if not payloads:
+        return None
+    pid = payloads[-1].stem.rsplit("-", 1)[-1]
+    return pid if pid.isdigit() else None
+
+
+def read_cancelled(sweep_dir: Path) -> Dict[str, Dict]:
+    """``{job_id: {"run": idx, "time": t}}`` for every job `hpctrain cancel` cancelled in this sweep."""
+    return runfiles.read_json(Path(sweep_dir) / CANCELLED_FILE) or {}
+
+
+def record_cancelled(sweep_dir: Path, runs: Dict[str, int]) -> None:
+    """Add ``{job_id: run idx}`` to the sweep's cancel record (status shows those runs as cancelled)."""
+    record = read_cancelled(sweep_dir)
+    now = time.time()
+    for job_id, idx in runs.items():
+        record[str(job_id)] = {"run": idx, "time": now}
+    runfiles.write_json_atomic(Path(sweep_dir) / CANCELLED_FILE, record)

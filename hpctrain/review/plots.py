@@ -1,0 +1,113 @@
+"""The report's PNGs: every run's loss curve on one chart, and the metric against each swept parameter.
+
+matplotlib (Agg, no display needed) is imported here only, so only ``report`` pays for it.
+"""
+
+import math
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from hpctrain.review.curves import Curve
+
+LEGEND_MAX = 12  # more runs than this: only the best one is named in the legend
+SIZE_IN, DPI = (9.0, 5.5), 110
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def spans_decades(values: Sequence[float]) -> bool:
+    """Positive values whose largest is at least ten times the smallest: a log axis reads them better."""
+    return bool(values) and min(values) > 0 and max(values) / min(values) >= 10
+
+
+def as_numbers(values: Sequence[str]) -> Optional[List[float]]:
+    try:
+        out = [float(v) for v in values]
+    except ValueError:
+        return None
+    return out if all(math.isfinite(v) for v in out) else None
+
+
+def file_name(param: str) -> str:
+    return "metric_vs_" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", param) + ".png"
+
+
+def loss_curves(curves: Dict[int, Dict[str, Curve]], labels: Dict[int, str], best: Optional[int],
+                path: Path) -> Path:
+    """train/loss as lines (val/loss dashed, same colour), the best run drawn on top and thicker."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=SIZE_IN, dpi=DPI)
+    cmap = plt.get_cmap("viridis" if len(curves) > 10 else "tab10")
+    named = len(curves) <= LEGEND_MAX
+    all_values = []
+    for n, (idx, tags) in enumerate(sorted(curves.items(), key=lambda kv: kv[0] == best)):
+        colour = "crimson" if idx == best else cmap(n / max(1, len(curves) - 1) if len(curves) > 10 else n % 10)
+        width, alpha = (2.6, 1.0) if idx == best else (1.2, 0.85 if named else 0.45)
+        label = f"#{idx} {labels[idx]}" + (" (best)" if idx == best else "")
+        for tag, style in (("train/loss", "-"), ("val/loss", "--")):
+            points = tags.get(tag)
+            if not points:
+                continue
+            steps, values = zip(*points)
+            all_values += [v for v in values if math.isfinite(v)]
+            show = (named or idx == best) and tag == "train/loss"
+            ax.plot(steps, values, style, color=colour, lw=width, alpha=alpha, label=(label if show else None),
+                    marker="o" if tag == "val/loss" else None, ms=3)
+    if spans_decades(all_values):
+        ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(f"Loss curves of {len(curves)} runs (train solid, validation dashed)")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc="best")
+    return _save(fig, plt, path)
+
+
+def metric_vs_param(param: str, points: List[Tuple[str, float, int]], metric: str, best: Optional[int],
+                    missing: int, path: Path) -> Path:
+    """One point per run with a value: ``(param value, metric value, run idx)``; log x for values spanning decades."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=SIZE_IN, dpi=DPI)
+    raw = [p[0] for p in points]
+    numbers = as_numbers(raw)
+    if numbers is not None:
+        xs = numbers
+        if spans_decades(numbers):
+            ax.set_xscale("log")
+    else:
+        categories = sorted(set(raw))
+        xs = [float(categories.index(v)) for v in raw]
+        ax.set_xticks(range(len(categories)), categories, rotation=30 if len(categories) > 4 else 0)
+    ys = [p[1] for p in points]
+    ax.scatter(xs, ys, s=40, color="tab:blue", zorder=2, label="runs")
+    for x, y, (_, _, idx) in zip(xs, ys, points):
+        if idx == best:
+            ax.scatter([x], [y], s=220, marker="*", color="crimson", zorder=3, label=f"best (#{idx})")
+    finite = [y for y in ys if math.isfinite(y)]
+    if spans_decades(finite):
+        ax.set_yscale("log")
+    ax.set_xlabel(param)
+    ax.set_ylabel(metric)
+    note = f", {missing} without a value" if missing else ""
+    ax.set_title(f"{metric} vs {param} ({len(points)} runs{note})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="best")
+    return _save(fig, plt, path)
+
+
+def _save(fig, plt, path: Path) -> Path:
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,109 @@
+"""``hpctrain report``: every run ranked by one metric, the best with the command that reproduces it,
+failed runs with the end of their error; report.md, results.csv, results.json and PNGs in the sweep dir.
+"""
+
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from hpctrain import runfiles
+from hpctrain.review import fmt, plots, report_files
+from hpctrain.review.curves import Curve, read_scalars
+from hpctrain.review.ranking import Ranking, available_metrics, default_metric, default_mode, rank, reproduce_command
+from hpctrain.review.runs import FAILURES, collect
+from hpctrain.review.status import counts_line, print_table
+from hpctrain.review.sweepdir import load_sweep
+
+CURVE_TAGS = ("train/loss", "val/loss")
+
+
+def _table(ranking: Ranking, swept: List[str], con: Any) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    fancy = fmt.unicode_ok(con)
+    other = "val/loss" if ranking.metric == "train/loss" else "train/loss"
+    t = Table(box=box.SIMPLE_HEAD if fancy else box.ASCII2, safe_box=not fancy, pad_edge=False, show_edge=False)
+    for name, justify in [("rank", "right"), ("#", "right"), (", ".join(swept) or "overrides", "left"),
+                          ("state", "left"), (ranking.metric, "right"), (other, "right"), ("step", "right"),
+                          ("elapsed", "right")]:
+        t.add_column(name, justify=justify, no_wrap=True)
+    for x in ranking.runs:
+        r, is_best = x.record, x is ranking.best
+        values = " ".join(f"{k}={v}" for k, v in r.values.items()) or " ".join(r.overrides) or "(defaults)"
+        t.add_row(
+            ("* " if is_best else "") + str(x.rank or "-"), str(r.idx), values,
+            f"[{fmt.STATE_STYLE.get(r.state, '')}]{r.state}[/]", fmt.number(x.value), fmt.number(r.metrics.get(other)),
+            fmt.bar(r.step, r.max_steps, width=0).split(" ")[0], fmt.duration(r.elapsed_s),
+            style="bold green" if is_best else None,
+        )
+    return t
+
+
+def _plots(ranking: Ranking, curves: Dict[int, Dict[str, Curve]], swept: List[str], sweep_dir: Path) -> List[Path]:
+    best = ranking.best.record.idx if ranking.best else None
+    labels = {x.record.idx: " ".join(f"{k}={v}" for k, v in x.record.values.items()) for x in ranking.runs}
+    out = []
+    drawn = {idx: c for idx, c in curves.items() if c}
+    if drawn:
+        out.append(plots.loss_curves(drawn, labels, best, sweep_dir / "loss_curves.png"))
+    for param in swept:
+        points = [(x.record.values[param], x.value, x.record.idx) for x in ranking.runs
+                  if x.value is not None and param in x.record.values]
+        if points:
+            missing = len(ranking.runs) - len(points)
+            out.append(plots.metric_vs_param(param, points, ranking.metric, best, missing,
+                                             sweep_dir / plots.file_name(param)))
+    return out
+
+
+def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = None) -> int:
+    from rich.text import Text
+
+    con = fmt.console()
+    snap = collect(load_sweep(sweep_dir))
+    records, swept = snap.runs, snap.sweep.swept
+    tags = set(CURVE_TAGS) | ({metric} if metric else set())
+    curves = {r.idx: read_scalars(r.run_dir, tags) for r in records}
+    last = {idx: {tag: pts[-1][1] for tag, pts in c.items() if pts} for idx, c in curves.items()}
+    metric = metric or default_metric(records, last)
+    have = available_metrics(records, last)
+    if metric not in have:
+        hint = f"available: {', '.join(have)}" if have else "no run has any metric yet: see `hpctrain status`"
+        print(f"hpctrain report: error: no run of {sweep_dir} has the metric {metric!r} ({hint})", file=sys.stderr)
+        return 2
+    ranking = rank(records, metric, mode or default_mode(metric), last)
+    manifest = runfiles.read_manifest(sweep_dir) or {}
+    command = reproduce_command(ranking.best.record, manifest.get("app")) if ranking.best else None
+
+    con.print(f"[bold]sweep[/] {sweep_dir}  ranked by [bold]{metric}[/] ({ranking.mode})", soft_wrap=True)
+    print_table(_table(ranking, swept, con), con)
+    con.print(counts_line(snap), soft_wrap=True)
+    if ranking.best:
+        b = ranking.best
+        label = " ".join(f"{k}={v}" for k, v in b.record.values.items()) or "(defaults)"
+        con.print(f"\n[bold green]best:[/] #{b.record.idx} {label}  {metric} = {fmt.number(b.value)}"
+                  f"{'  (' + ranking.best_note + ')' if ranking.best_note else ''}", soft_wrap=True)
+        con.print(Text.assemble(("reproduce: ", "bold"), command or ""), soft_wrap=True)
+    for x in ranking.runs:
+        r = x.record
+        if r.state in FAILURES:
+            lines = [line for line in (r.error or "").splitlines() if line.strip()][-5:] or ["(no error recorded)"]
+            label = " ".join(f"{k}={v}" for k, v in r.values.items())
+            con.print(f"\n[red]#{r.idx} {label} {r.state}[/] (log: {fmt.short_path(r.log)})", soft_wrap=True)
+            for line in lines:
+                con.print("    " + line, soft_wrap=True, markup=False, highlight=False)
+
+    try:
+        images = _plots(ranking, curves, swept, sweep_dir)
+        table = report_files.rows(ranking, swept)
+        report_files.write_csv(sweep_dir / "results.csv", table)
+        report_files.write_json(sweep_dir / "results.json", ranking, sweep_dir, snap.counts(), command, images)
+        report_files.write_text_atomic(sweep_dir / "report.md", report_files.markdown(
+            ranking, sweep_dir, swept, snap.counts(), command, images))
+    except OSError as exc:
+        print(f"hpctrain report: error: cannot write the report into {sweep_dir}: {exc}", file=sys.stderr)
+        return 1
+    names = ["report.md", "results.csv", "results.json"] + [p.name for p in images]
+    con.print(f"\nwrote into {fmt.short_path(str(sweep_dir))}/: " + ", ".join(names), soft_wrap=True)
+    return 0
