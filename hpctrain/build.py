@@ -66,8 +66,8 @@ def param_groups(model: nn.Module, weight_decay: float) -> list:
 
 
 def build_optimizer(cfg: DictConfig, model: nn.Module, lr: float, device: torch.device) -> torch.optim.Optimizer:
-    overrides: dict = {}
     if "fused" in cfg and cfg.fused is None:
-        overrides["fused"] = True if device.type == "cuda" else None
+        # fused kernels on CUDA; a config key (not a keyword) so that optimizers without it drop it
+        cfg = OmegaConf.merge(cfg, {"fused": True if device.type == "cuda" else None})
     groups = param_groups(model, float(cfg.get("weight_decay", 0.0)))
-    return build(cfg, params=groups, lr=lr, **overrides)
+    return build(cfg, params=groups, lr=lr)

@@ -10,8 +10,10 @@ This module must stay light: it is imported on login nodes (no torch here).
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
+import hashlib
+
 from hydra.core.config_store import ConfigStore
-from omegaconf import II, MISSING
+from omegaconf import II, MISSING, OmegaConf
 
 PRECISIONS = ("32", "bf16", "fp16")
 
@@ -126,7 +128,19 @@ class TrainConfig:
     num_workers: int = 0
 
 
+def dirname(overrides: str, limit: int = 120) -> str:
+    """A run directory name from Hydra's override_dirname: one path component, of bounded length.
+
+    ``/`` in a value (a path) would nest directories, and names over 255 bytes cannot be created.
+    """
+    name = overrides.replace("/", "%2F")
+    if len(name) > limit:
+        name = name[: limit - 9] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
+    return name
+
+
 def register_configs() -> None:
+    OmegaConf.register_new_resolver("hpctrain.dirname", dirname, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=TrainConfig)
     for group, name, node in (

@@ -119,7 +119,9 @@ class Trainer:
             num_workers=self.cfg.num_workers,
             pin_memory=self.device.type == "cuda",
             collate_fn=collate,
-            persistent_workers=False,
+            # its own generator: creating an iterator must not draw from the global RNG, or a resumed
+            # run would see different random numbers (dropout, ...) than an uninterrupted one
+            generator=torch.Generator().manual_seed(self.cfg.seed + self.epoch),
         )
 
     def batches(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from hpctrain import runfiles
 from hpctrain.container import check_container, container_command, default_binds
 
-from .plan import PlanError, Run, plan_runs, task_config
+from .plan import PlanError, Run, exclude_constant_keys, plan_runs, task_config
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ class BaseLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         try:
+            exclude_constant_keys(self.config, job_overrides)
             runs = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx)
         except PlanError as exc:
             raise LaunchError(f"nothing submitted: bad sweep points:\n{exc}") from None
@@ -88,7 +89,7 @@ class BaseLauncher(Launcher):
             for r in todo:
                 print(f"  {r.idx:>4}  {r.run_dir}")
             print("dry run: nothing submitted")
-            return [self._placeholder(r, JobStatus.UNKNOWN) for r in runs]
+            return [self._placeholder(r, JobStatus.COMPLETED) for r in runs]
         if not todo:
             print(f"all {len(runs)} runs of {sweep_dir} already completed: nothing to submit")
             return [self._placeholder(r, JobStatus.COMPLETED) for r in runs]
@@ -154,6 +155,15 @@ class BaseLauncher(Launcher):
                 "max_steps": OmegaConf.select(run.cfg, "max_steps", default=None),
             }
         runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
+
+    def _collect(self, run: Run, job: Any) -> JobReturn:
+        """The finished job's return value (rank 0's), or its exception as a failed JobReturn."""
+        ret = self._placeholder(run, JobStatus.COMPLETED)
+        try:
+            ret._return_value = job.results()[0]
+        except Exception as exc:  # noqa: BLE001 - a failed run is reported, the sweep goes on
+            ret.status, ret._return_value = JobStatus.FAILED, exc
+        return ret
 
     def _placeholder(self, run: Run, status: JobStatus) -> JobReturn:
         ret = JobReturn(overrides=run.overrides, status=status, _return_value=None)

@@ -90,13 +90,7 @@ class LocalLauncher(BaseLauncher):
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         returns = []
         for run, job in zip(runs, jobs):
-            ret = self._placeholder(run, JobStatus.COMPLETED)
-            exc = job.exception()
-            if exc is not None:
-                ret.status, ret._return_value = JobStatus.FAILED, exc
-            else:
-                ret._return_value = job.result()
-            returns.append(ret)
+            returns.append(self._collect(run, job))
         print(f"sweep {sweep_dir}:")
         print("\n".join(summary_lines(runs)))
         failed = sum(r.status == JobStatus.FAILED for r in returns)

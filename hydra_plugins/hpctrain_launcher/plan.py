@@ -71,6 +71,31 @@ def plan_runs(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Seq
     return runs
 
 
+def exclude_constant_keys(config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> None:
+    """Name run dirs by what varies: a key with the same value in every point is left out of the names.
+
+    Added as a Hydra override of ``override_dirname.exclude_keys``, so that the job on the compute node,
+    which composes its config again from the sweep's Hydra overrides, names the same directory.
+    """
+    if len(job_overrides) < 2:
+        return
+    parser = OverridesParser.create()
+    values: Dict[str, List[str]] = {}
+    for overrides in job_overrides:
+        for o in parser.parse_overrides(list(overrides)):
+            values.setdefault(o.key_or_group, []).append(o.input_line)
+    # constant: set in every point, always to the same value
+    constant = [k for k, v in values.items() if len(v) == len(job_overrides) and len(set(v)) == 1]
+    if not constant:
+        return
+    dirname = config.hydra.job.config.override_dirname
+    keys = list(dict.fromkeys(list(dirname.exclude_keys) + constant))
+    quoted = ",".join(f"'{k}'" for k in keys)
+    with open_dict(config):
+        dirname.exclude_keys = keys
+        config.hydra.overrides.hydra.append(f"hydra.job.config.override_dirname.exclude_keys=[{quoted}]")
+
+
 def task_config(run: Run) -> DictConfig:
     """The app's part of the config (what the task function receives)."""
     cfg = copy.copy(run.cfg)

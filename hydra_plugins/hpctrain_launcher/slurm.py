@@ -91,7 +91,7 @@ class SlurmLauncher(BaseLauncher):
         for verb in ("status", "report", "tensorboard", "cancel"):
             print(f"  python -m hpctrain {verb} {shlex.quote(str(sweep_dir))}")
         if not self.params.wait:
-            return [self._placeholder(r, JobStatus.UNKNOWN) for r in runs]
+            return [self._placeholder(r, JobStatus.COMPLETED) for r in runs]
         return self._wait(runs, jobs, sweep_dir)
 
     def _wait(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
@@ -111,15 +111,12 @@ class SlurmLauncher(BaseLauncher):
             time.sleep(2)
         returns = []
         for run, job in zip(runs, jobs):
-            ret = self._placeholder(run, JobStatus.COMPLETED)
             if job.paths.result_pickle.exists():
-                exc = job.exception()
-                ret._return_value = exc if exc is not None else job.result()
-                ret.status = JobStatus.FAILED if exc is not None else JobStatus.COMPLETED
+                returns.append(self._collect(run, job))
             else:
-                ret.status = JobStatus.FAILED
+                ret = self._placeholder(run, JobStatus.FAILED)
                 ret._return_value = LaunchError(f"run {run.idx} ended without a result (see {job.paths.stderr})")
-            returns.append(ret)
+                returns.append(ret)
         print("\n".join(summary_lines(runs)))
         failed = sum(r.status == JobStatus.FAILED for r in returns)
         if failed:

@@ -1,0 +1,50 @@
+"""Shared test helpers: run hpctrain as a user does (a subprocess), read its files."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HELPERS = ROOT / "tests" / "helpers"
+sys.path.insert(0, str(HELPERS))  # the helpers are importable by tests too
+
+
+def hpctrain_env(extra: Optional[dict] = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
+    env.setdefault("HYDRA_FULL_ERROR", "0")
+    env.update(extra or {})
+    return env
+
+
+def run_hpctrain(args: List[str], cwd: Path, env: Optional[dict] = None, timeout: float = 600,
+                 check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "hpctrain", *args], cwd=cwd, env=hpctrain_env(env),
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"hpctrain {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def tb_scalars(run_dir: Path, tag: str) -> List[float]:
+    """Values of one scalar tag, read with TensorBoard's own event reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [e.value for e in acc.Scalars(tag)]
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """The real test cluster (slurm/test-cluster.sh start, run by .ci/run). Fails, never skips, without it."""
+    if shutil.which("sinfo") is None:
+        pytest.fail("no Slurm here: start the test cluster with `bash slurm/test-cluster.sh start`")
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=30)
+    if out.returncode != 0 or "idle" not in out.stdout and "mix" not in out.stdout and "alloc" not in out.stdout:
+        pytest.fail(f"the Slurm test cluster is not up: {out.stdout} {out.stderr}")

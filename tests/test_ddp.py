@@ -1,0 +1,66 @@
+"""DDP over gloo with several local processes: through the launcher, and the all-reduce count."""
+
+import os
+import socket
+
+import torch
+import torch.multiprocessing as mp
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from conftest import run_hpctrain
+from trainer_helpers import compose, state_close
+
+
+def test_two_ranks_through_local_launcher_agree(tmp_path):
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    run_hpctrain(["-m", "max_steps=30", "model._target_=user_models.RankDump", f"+model.dump_dir={dump}",
+                  "hydra/launcher=local", "hydra.launcher.tasks_per_node=2", f"hydra.sweep.dir={tmp_path / 's'}"],
+                 cwd=tmp_path)
+    rank0, rank1 = (torch.load(dump / f"rank{r}.pt") for r in (0, 1))
+    assert rank0.keys() == rank1.keys()
+    for key in rank0:
+        assert torch.equal(rank0[key], rank1[key]), key
+    # the global batch is the same samples whatever the world size, so DDP matches one process
+    (run_dir,) = [p for p in (tmp_path / "s").iterdir() if p.is_dir() and not p.name.startswith(".")]
+    ckpt = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    assert ckpt["step"] == 30
+    assert state_close(ckpt["model"], rank0, atol=0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _count_allreduces(rank: int, world: int, port: int, overrides: list, run_dir: str, out: dict) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    from hpctrain.distributed import init_distributed, teardown
+    from hpctrain.trainer import Trainer
+
+    info = init_distributed("cpu")
+    trainer = Trainer(compose(overrides), run_dir, info)
+    calls = []
+
+    def counting_hook(state, bucket):
+        calls.append(trainer.step)
+        return default_hooks.allreduce_hook(state, bucket)
+
+    trainer.model.register_comm_hook(None, counting_hook)
+    trainer.fit()
+    out[rank] = calls
+    teardown()
+
+
+def test_one_allreduce_per_optimizer_step_with_accumulation(tmp_path):
+    steps, accum = 6, 4
+    overrides = [f"max_steps={steps}", f"grad_accum={accum}", "batch_size=64", "log_every=3", "eval_every=0"]
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(_count_allreduces, args=(2, _free_port(), overrides, str(tmp_path), out), nprocs=2)
+        calls = dict(out)
+    for rank in (0, 1):
+        # one bucket (small model): exactly one all-reduce per optimizer step, none on the 3 other micro-steps
+        assert calls[rank] == list(range(steps)), calls[rank]

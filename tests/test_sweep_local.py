@@ -1,0 +1,39 @@
+"""The README's sweep, end to end, on the local executor."""
+
+import json
+
+from conftest import run_hpctrain, tb_scalars
+
+
+def test_readme_sweep_on_local_executor(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_hpctrain(["-m", "lr=1e-3,1e-4", "hydra/launcher=local", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    run_dirs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert [p.name for p in run_dirs] == ["0_lr=0.001", "1_lr=0.0001"]
+    for run_dir in run_dirs:
+        record = json.loads((run_dir / "metrics.json").read_text())
+        assert record["status"] == "completed"
+        assert record["step"] == 200
+        losses = tb_scalars(run_dir, "train/loss")
+        assert len(losses) == 20  # log_every=10 over 200 steps
+        assert losses[-1] < 0.8 * losses[0], f"loss did not go down in {run_dir.name}: {losses}"
+        assert record["metrics"]["train/loss"] == losses[-1]
+        assert (run_dir / "checkpoints" / "last.pt").is_file()
+        assert (run_dir / ".hydra" / "config.yaml").is_file()
+    # the summary: one line per run with its values, status, loss and TensorBoard path
+    for line in ("lr=0.001", "lr=0.0001"):
+        assert any(line in row and "completed" in row and "loss=" in row and "/tb" in row
+                   for row in proc.stdout.splitlines())
+
+
+def test_single_run_in_process(tmp_path):
+    run_dir = tmp_path / "run"
+    run_hpctrain(["max_steps=20", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    record = json.loads((run_dir / "metrics.json").read_text())
+    assert record["status"] == "completed" and record["step"] == 20
+
+
+def test_default_launcher_says_which(tmp_path):
+    proc = run_hpctrain(["-m", "max_steps=1", "hydra.launcher.dry_run=true", f"hydra.sweep.dir={tmp_path / 's'}"],
+                        cwd=tmp_path)
+    assert "hpctrain: launcher " in proc.stderr

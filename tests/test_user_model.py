@@ -1,0 +1,42 @@
+"""A user's own model class, from outside the package, plugged in by `_target_`."""
+
+import json
+
+import torch
+
+from conftest import run_hpctrain, tb_scalars
+
+
+def test_user_model_by_target(tmp_path):
+    run_dir = tmp_path / "run"
+    run_hpctrain(["model._target_=user_models.TinyNet", "+model.width=24", "max_steps=60", f"hydra.run.dir={run_dir}"],
+                 cwd=tmp_path)
+    record = json.loads((run_dir / "metrics.json").read_text())
+    assert record["status"] == "completed"
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["model"]
+    assert set(state) == {"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias"}
+    assert state["body.0.weight"].shape == (24, 32)  # width from the command line, in_features from the data
+    losses = tb_scalars(run_dir, "train/loss")
+    assert losses[-1] < losses[0]
+
+
+def test_user_data_and_optimizer_by_target(tmp_path):
+    run_dir = tmp_path / "run"
+    run_hpctrain(["data._target_=user_models.sign_data", "optim._target_=torch.optim.RMSprop", "lr=1e-3",
+                  "max_steps=60", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    record = json.loads((run_dir / "metrics.json").read_text())
+    assert record["status"] == "completed"
+    assert "val/loss" not in record["metrics"]  # a plain Dataset: no validation split
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    assert "square_avg" in next(iter(state["optimizer"]["state"].values()))  # RMSprop's own state
+    losses = tb_scalars(run_dir, "train/loss")
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_builtin_cnn_and_gpt_train(tmp_path):
+    for name, args in {"cnn": ["model=cnn", "data=images", "optim=sgd", "lr=0.05"],
+                       "gpt": ["model=gpt", "data=tokens", "batch_size=16", "model.n_layer=1"]}.items():
+        run_dir = tmp_path / name
+        run_hpctrain(args + ["max_steps=40", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+        losses = tb_scalars(run_dir, "train/loss")
+        assert losses[-1] < losses[0], (name, losses)
