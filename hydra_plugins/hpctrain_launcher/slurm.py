@@ -76,7 +76,8 @@ class SlurmLauncher(BaseLauncher):
     def dry_run_text(self, runs: List[Run], python: str, sweep_dir: Path) -> str:
         from submitit.slurm.slurm import _make_sbatch_string
 
-        folder = str(self.params.submitit_folder)
+        # absolute, as submitit makes it (Path(folder).absolute()): the text is what sbatch would get
+        folder = str(Path(str(self.params.submitit_folder)).expanduser().absolute())
         command = " ".join([python, "-u -m submitit.core._submit", shlex.quote(folder)])
         params = self.sbatch_parameters()
         if len(runs) > 1:
