@@ -1,0 +1,233 @@
+"""The Apptainer image recipe, and the container path of a sweep for real on the Slurm test cluster.
+
+Apptainer cannot be installed here, so a stand-in `apptainer` (tests/helpers/fake_apptainer) placed
+first on PATH records its argv and then runs the inner command: Slurm passes the submitting
+environment, PATH included, to the job, so the srun line's `apptainer exec ... IMAGE python ...`
+reaches it on the compute node.
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+from spython.main.parse.parsers import SingularityParser
+
+from conftest import HELPERS, ROOT, run_hpctrain
+
+DEF_FILE = ROOT / "Singularity.def"
+# Official PyTorch images: pytorch/pytorch:<torch>-cuda<X.Y>-cudnn<N>-runtime
+PYTORCH_RUNTIME_TAG = re.compile(r"^pytorch/pytorch:(?P<torch>\d+\.\d+\.\d+)-cuda(?P<cuda>\d+\.\d+)-cudnn\d+-runtime$")
+WEIRD = "a b;$(touch pwned)"  # a space, a command separator and a command substitution
+
+
+# ---------------------------------------------------------------------------------------- the recipe
+class _Parser(SingularityParser):
+    """spython's parser, keeping the %test section's own lines (spython turns them into echo lines)."""
+
+    test_lines: List[str] = []
+
+    def _test(self, lines):
+        self.test_lines = list(lines)
+        super()._test(lines)
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    parser = _Parser(str(DEF_FILE))
+    layers = parser.recipe
+    assert list(layers) == ["spython-base"], f"expected one stage, got {list(layers)}"
+    return parser, layers["spython-base"]
+
+
+def _pyproject_dependencies() -> List[str]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+
+
+def _pip_installs(install_lines: List[str]) -> List[List[str]]:
+    """argv of every `python -m pip install ...` in %post (backslash continuations joined)."""
+    script = "\n".join(line for line in install_lines if not line.endswith(">> /tests.sh"))
+    commands = []
+    for line in script.replace("\\\n", " ").splitlines():
+        argv = shlex.split(line, comments=True)
+        if argv[:4] == ["python", "-m", "pip", "install"]:
+            commands.append(argv[4:])
+    return commands
+
+
+def test_recipe_bootstraps_from_a_pytorch_cuda_runtime_image_in_range(recipe):
+    _, r = recipe
+    first = next(line.strip() for line in DEF_FILE.read_text().splitlines() if line.strip() and
+                 not line.lstrip().startswith("#"))
+    assert first == "Bootstrap: docker"
+    match = PYTORCH_RUNTIME_TAG.match(r.fromHeader)
+    assert match, f"From: {r.fromHeader!r} is not an official pytorch/pytorch CUDA runtime tag"
+    (torch_range,) = [Requirement(d).specifier for d in _pyproject_dependencies() if Requirement(d).name == "torch"]
+    assert Version(match["torch"]) in torch_range, f"image torch {match['torch']} is outside pyproject's {torch_range}"
+    labels = dict(line.split(None, 1) for line in r.labels)
+    assert labels["torch.version"] == match["torch"] and labels["cuda.version"] == match["cuda"]
+
+
+def test_recipe_installs_exactly_pyprojects_pins_and_keeps_the_images_torch(recipe):
+    _, r = recipe
+    installs = _pip_installs(r.install)
+    assert installs, "no `python -m pip install` in %post"
+    specs, paths = [], []
+    for argv in installs:
+        skip = False
+        for arg in argv:
+            if skip:
+                skip = False
+            elif arg in ("-c", "--constraint", "-r", "--requirement"):
+                skip = True
+            elif not arg.startswith("-"):
+                (paths if arg.startswith("/") or arg.startswith(".") else specs).append(arg)
+    # identical text, so that a pin changed in pyproject.toml must be changed here too
+    pins = [d for d in _pyproject_dependencies() if Requirement(d).name != "torch"]
+    assert sorted(specs) == sorted(pins), f"%post installs {sorted(specs)}; pyproject.toml pins {sorted(pins)}"
+    assert not any(Requirement(s).name == "torch" for s in specs), "torch must come from the base image"
+    # the dependency install is constrained to the image's torch; hpctrain itself goes in without resolving
+    dep_install = next(argv for argv in installs if any(not a.startswith(("-", "/")) for a in argv))
+    assert "-c" in dep_install or "--constraint" in dep_install
+    hpctrain_install = next(argv for argv in installs if "/opt/hpctrain" in argv)
+    assert "--no-deps" in hpctrain_install
+    assert any("torch.__version__" in line and "constraint" in line for line in r.install)
+
+
+def test_recipe_copies_the_project_and_runs_hpctrain(recipe):
+    parser, r = recipe
+    sources = {line.split()[0]: line.split()[1] for line in r.files}
+    for src in ("pyproject.toml", "hpctrain", "hydra_plugins"):
+        assert sources.get(src, "").startswith("/opt/hpctrain"), f"%files does not copy {src} into /opt/hpctrain"
+        assert (ROOT / src).exists()
+    assert r.cmd == 'exec python -m hpctrain "$@"'
+    env = dict(line.split("=", 1) for line in r.environ if " " not in line.split("=", 1)[0])
+    assert env.get("PYTHONUNBUFFERED") == "1"
+    test = "\n".join(parser.test_lines)
+    assert re.search(r"^import torch$", test, re.M) and re.search(r"^import hpctrain$", test, re.M)
+    assert "torch.cuda.is_available()" in test and "torch.__version__" in test
+    text = DEF_FILE.read_text()
+    for section in ("%files", "%post", "%environment", "%runscript", "%test", "%labels", "%help"):
+        assert re.search(rf"^{section}\s*$", text, re.M), f"no {section} section"
+
+
+# ------------------------------------------------------------------------- the container path on Slurm
+@pytest.fixture
+def fake_bin(tmp_path) -> Path:
+    """A bin dir holding the stand-in `apptainer` and an `sbatch` that logs each call, then runs the real one."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apptainer").symlink_to(HELPERS / "fake_apptainer")
+    real_sbatch = subprocess.run(["which", "sbatch"], capture_output=True, text=True).stdout.strip()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(f'#!/bin/sh\necho "$*" >> "$SBATCH_CALLS_LOG"\nexec {shlex.quote(real_sbatch)} "$@"\n')
+    sbatch.chmod(0o755)
+    return bin_dir
+
+
+def _env(tmp_path: Path, fake_bin: Path) -> Dict[str, str]:
+    # the interpreter "inside the image" is this venv's python, found on PATH by the stand-in
+    path = os.pathsep.join([str(fake_bin), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return {"PATH": path, "FAKE_APPTAINER_LOG": str(tmp_path / "apptainer.jsonl"),
+            "SBATCH_CALLS_LOG": str(tmp_path / "sbatch.log")}
+
+
+def _calls(tmp_path: Path) -> List[dict]:
+    log = tmp_path / "apptainer.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _binds(argv: List[str]) -> List[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
+
+
+def _script_part(dry_run_stdout: str) -> str:
+    """The sbatch script a dry run prints: everything before its run list."""
+    return dry_run_stdout.split("\nruns (", 1)[0].rstrip("\n")
+
+
+def _jobs_submitted_from(cwd: Path) -> List[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%i %Z"], capture_output=True, text=True, timeout=30)
+    return [line for line in out.stdout.splitlines() if line.split(" ", 1)[-1] == str(cwd)]
+
+
+@pytest.mark.slurm
+def test_sweep_runs_every_task_through_apptainer_exec_with_binds_intact(slurm_cluster, tmp_path, fake_bin):
+    project = tmp_path / WEIRD  # the project dir (cwd), the sweep dir and the image all hold the odd name
+    project.mkdir()
+    image = project / "img.sif"
+    image.touch()
+    extra = tmp_path / "data x;$(touch pwned)"
+    extra.mkdir()
+    sweep = project / "sweep"
+    args = ["-m", "lr=1e-3,1e-4", "max_steps=20", "hydra/launcher=slurm", "hydra.launcher.wait=true",
+            f"hydra.launcher.container.image='{image}'", f"hydra.launcher.container.binds=['{extra}']",
+            f"hydra.sweep.dir='{sweep}'"]
+    env = _env(tmp_path, fake_bin)
+
+    dry = run_hpctrain(args + ["hydra.launcher.dry_run=true"], cwd=project, env=env, timeout=60)
+    assert not (tmp_path / "sbatch.log").exists() and not (sweep / ".submitit").exists()
+    proc = run_hpctrain(args, cwd=project, env=env, timeout=120)
+
+    assert (tmp_path / "sbatch.log").read_text().count("\n") == 1, "one sweep, one sbatch call"
+    for run_dir in (sweep / "0_lr=0.001", sweep / "1_lr=0.0001"):
+        record = json.loads((run_dir / "metrics.json").read_text())
+        assert record["status"] == "completed" and record["step"] == 20, (run_dir, record, proc.stdout)
+    calls = _calls(tmp_path)
+    assert len(calls) == 2, calls  # one task per array element, no GPUs
+    assert sorted(c["env"]["SLURM_ARRAY_TASK_ID"] for c in calls) == ["0", "1"]
+    for call in calls:
+        argv = call["argv"]
+        assert argv[0] == "exec"
+        assert "--nv" not in argv, "no GPUs asked for: no --nv"
+        # every odd path arrived as ONE argument, unchanged
+        assert _binds(argv) == [str(sweep), str(project), str(extra)]
+        i = argv.index(str(image))
+        assert argv[i + 1:] == ["python", "-u", "-m", "submitit.core._submit", str(sweep / ".submitit")]
+        assert call["cwd"] == str(project)
+    assert not list(tmp_path.rglob("pwned")), "a path was run as shell code"
+
+    # the dry run printed exactly the script that was submitted
+    (submitted,) = (sweep / ".submitit").glob("*_submission.sh")
+    assert _script_part(dry.stdout) == submitted.read_text().rstrip("\n")
+
+
+@pytest.mark.slurm
+def test_gpu_sweep_passes_nv(slurm_cluster, tmp_path, fake_bin):
+    image = tmp_path / "img.sif"
+    image.touch()
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "lr=1e-3", "max_steps=20", "hydra/launcher=slurm", "hydra.launcher.wait=true",
+                  "hydra.launcher.gpus_per_node=1", f"hydra.launcher.container.image={image}",
+                  f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=_env(tmp_path, fake_bin), timeout=120)
+    calls = _calls(tmp_path)
+    assert len(calls) == 1, calls
+    argv = calls[0]["argv"]
+    assert argv[:2] == ["exec", "--nv"]
+    assert _binds(argv) == [str(sweep), str(tmp_path)] and str(image) in argv
+    assert calls[0]["env"].get("CUDA_VISIBLE_DEVICES") == "0"  # Slurm gave the task one (fake) GPU
+    (run_dir,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert json.loads((run_dir / "metrics.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.slurm
+def test_missing_image_fails_on_the_login_node(slurm_cluster, tmp_path, fake_bin):
+    sweep = tmp_path / "sweep"
+    proc = run_hpctrain(["-m", "lr=1e-3,1e-4", "max_steps=20", "hydra/launcher=slurm",
+                         f"hydra.launcher.container.image={tmp_path / 'missing.sif'}", f"hydra.sweep.dir={sweep}"],
+                        cwd=tmp_path, env=_env(tmp_path, fake_bin), timeout=60, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "hydra.launcher.container.image" in out and "missing.sif" in out, out
+    assert not (tmp_path / "sbatch.log").exists(), "sbatch was called"
+    assert not (sweep / ".submitit").exists()
+    assert _jobs_submitted_from(tmp_path) == []
+    assert _calls(tmp_path) == []
