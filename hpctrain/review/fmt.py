@@ -4,7 +4,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional, Sequence
 
 STATE_STYLE = {
     "pending": "yellow",
@@ -75,3 +75,48 @@ def short_path(path: Optional[str]) -> str:
     except ValueError:
         return path
     return rel if not rel.startswith("..") else str(Path(path))
+
+
+def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = (),
+          styles: Optional[Sequence[Sequence[Optional[str]]]] = None, row_styles: Optional[Sequence[Optional[str]]] = None
+          ) -> None:
+    """Print aligned columns, one row per line, styled cells on a terminal.
+
+    rich's Table costs about 2 ms a row (2 s for a 1000-run sweep), so columns are padded here and the
+    whole table goes out as one rich Text. On a terminal the last column (a path) is shortened from the
+    left to keep each row on one line.
+    """
+    from rich.text import Text
+
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    last = len(headers) - 1
+    room = None
+    if con.is_terminal:
+        room = max(20, con.width - sum(widths[:last]) - 2 * last)
+
+    def cells(row: Sequence[str]) -> List[str]:
+        out = []
+        for i, cell in enumerate(row):
+            if i == last:
+                out.append(cell if room is None or len(cell) <= room else "…" + cell[-(room - 1):])
+            else:
+                out.append(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]))
+        return out
+
+    text = Text(no_wrap=True, overflow="ignore", end="")
+    text.append("  ".join(cells(headers)).rstrip() + "\n", style="bold")
+    rule = "─" if unicode_ok(con) else "-"
+    text.append(rule * min(sum(widths) + 2 * last, con.width if con.is_terminal else 10**6) + "\n", style="dim")
+    for n, row in enumerate(rows):
+        row_style = row_styles[n] if row_styles else None
+        for i, cell in enumerate(cells(row)):
+            if i:
+                text.append("  ")
+            style = (styles[n][i] if styles else None) or row_style
+            text.append(cell.rstrip() if i == last else cell, style=style)
+        text.append("\n")
+    text.rstrip()
+    con.print(text, soft_wrap=True, crop=False)

@@ -11,33 +11,25 @@ from hpctrain.review import fmt, plots, report_files
 from hpctrain.review.curves import Curve, read_scalars
 from hpctrain.review.ranking import Ranking, available_metrics, default_metric, default_mode, rank, reproduce_command
 from hpctrain.review.runs import FAILURES, collect
-from hpctrain.review.status import counts_line, print_table
+from hpctrain.review.status import counts_line
 from hpctrain.review.sweepdir import load_sweep
 
 CURVE_TAGS = ("train/loss", "val/loss")
 
 
-def _table(ranking: Ranking, swept: List[str], con: Any) -> Any:
-    from rich import box
-    from rich.table import Table
-
-    fancy = fmt.unicode_ok(con)
+def _table(ranking: Ranking, swept: List[str], con: Any) -> None:
     other = "val/loss" if ranking.metric == "train/loss" else "train/loss"
-    t = Table(box=box.SIMPLE_HEAD if fancy else box.ASCII2, safe_box=not fancy, pad_edge=False, show_edge=False)
-    for name, justify in [("rank", "right"), ("#", "right"), (", ".join(swept) or "overrides", "left"),
-                          ("state", "left"), (ranking.metric, "right"), (other, "right"), ("step", "right"),
-                          ("elapsed", "right")]:
-        t.add_column(name, justify=justify, no_wrap=True)
+    headers = ["rank", "#", ", ".join(swept) or "overrides", "state", ranking.metric, other, "step", "elapsed"]
+    rows, styles, row_styles = [], [], []
     for x in ranking.runs:
         r, is_best = x.record, x is ranking.best
         values = " ".join(f"{k}={v}" for k, v in r.values.items()) or " ".join(r.overrides) or "(defaults)"
-        t.add_row(
-            ("* " if is_best else "") + str(x.rank or "-"), str(r.idx), values,
-            f"[{fmt.STATE_STYLE.get(r.state, '')}]{r.state}[/]", fmt.number(x.value), fmt.number(r.metrics.get(other)),
-            fmt.bar(r.step, r.max_steps, width=0).split(" ")[0], fmt.duration(r.elapsed_s),
-            style="bold green" if is_best else None,
-        )
-    return t
+        rows.append([("* " if is_best else "") + str(x.rank or "-"), str(r.idx), values, r.state,
+                     fmt.number(x.value), fmt.number(r.metrics.get(other)),
+                     fmt.bar(r.step, r.max_steps, width=0).split(" ")[0], fmt.duration(r.elapsed_s)])
+        styles.append([None, None, None, None if is_best else fmt.STATE_STYLE.get(r.state), None, None, None, None])
+        row_styles.append("bold green" if is_best else None)
+    fmt.table(con, headers, rows, right=(0, 1, 4, 5, 6, 7), styles=styles, row_styles=row_styles)
 
 
 def _plots(ranking: Ranking, curves: Dict[int, Dict[str, Curve]], swept: List[str], sweep_dir: Path) -> List[Path]:
@@ -77,7 +69,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     command = reproduce_command(ranking.best.record, manifest.get("app")) if ranking.best else None
 
     con.print(f"[bold]sweep[/] {sweep_dir}  ranked by [bold]{metric}[/] ({ranking.mode})", soft_wrap=True)
-    print_table(_table(ranking, swept, con), con)
+    _table(ranking, swept, con)
     con.print(counts_line(snap), soft_wrap=True)
     if ranking.best:
         b = ranking.best

@@ -6,9 +6,9 @@ job's controller process), then the run's own files (metrics.json, events), the 
 exists. The queue is asked before the files are read, so a job that ends in between is seen ended.
 """
 
+import os
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from hpctrain import runfiles
@@ -145,10 +145,11 @@ def collect(sweep: Sweep) -> Snapshot:
     judge = _Judge(sweep)  # asks the queue first
     now = time.time()
     records = []
+    sweep_dir = str(sweep.dir)
     for spec in sweep.runs:
-        metrics = runfiles.read_metrics(spec.run_dir) if spec.run_dir else None
+        metrics = jobs.read_json(os.path.join(spec.run_dir, runfiles.METRICS)) if spec.run_dir else None
         metrics = metrics or {}
-        events = runfiles.read_events(sweep.dir, spec.idx)
+        events = jobs.read_events(sweep_dir, spec.idx)
         state, note = judge.state(spec, metrics, events)
         records.append(_record(sweep, spec, metrics, events, state, note, now))
     return Snapshot(sweep=sweep, runs=records, warnings=judge.warnings, taken=now)
@@ -170,12 +171,13 @@ def _record(sweep: Sweep, spec: RunSpec, metrics: Dict[str, Any], events: List[D
     if spec.job_id:
         err = jobs.log_path(sweep.submitit_folder, spec.job_id, "err")
         out = jobs.log_path(sweep.submitit_folder, spec.job_id, "out")
-        if state in FAILURES + ("cancelled",) and _nonempty(err):
-            rec.log = str(err)
-        elif out.exists():
-            rec.log = str(out)
-        elif err.exists():
-            rec.log = str(err)
+        err_size = _size(err)
+        if state in FAILURES + ("cancelled",) and err_size > 0:
+            rec.log = err
+        elif _size(out) >= 0:
+            rec.log = out
+        elif err_size >= 0:
+            rec.log = err
     if state in FAILURES:
         rec.error = _error(sweep, spec, metrics, events)
     return rec
@@ -206,8 +208,8 @@ def _error(sweep: Sweep, spec: RunSpec, metrics: Dict[str, Any], events: List[Di
     return None
 
 
-def _nonempty(path: Path) -> bool:
+def _size(path: str) -> int:
     try:
-        return path.stat().st_size > 0
+        return os.stat(path).st_size
     except OSError:
-        return False
+        return -1

@@ -8,44 +8,26 @@ import time
 from pathlib import Path
 from typing import Any, List
 
+from rich.markup import escape
+
 from hpctrain.review import fmt
 from hpctrain.review.runs import FAILURES, STATES, Snapshot, collect
 from hpctrain.review.sweepdir import load_sweep
 
+MAX_NOTES = 20  # lines about failed or cancelled runs under the table
 
-def table(snap: Snapshot, con: Any) -> Any:
-    from rich import box
-    from rich.table import Table
 
+def print_table(snap: Snapshot, con: Any) -> None:
     fancy = fmt.unicode_ok(con)
-    t = Table(box=box.SIMPLE_HEAD if fancy else box.ASCII2, safe_box=not fancy, pad_edge=False,
-              show_edge=False)
-    t.add_column("#", justify="right")
-    t.add_column(", ".join(snap.sweep.swept) or "overrides", no_wrap=True)
-    t.add_column("state", no_wrap=True)
-    t.add_column("progress", no_wrap=True)
-    t.add_column("loss", justify="right")
-    t.add_column("elapsed", justify="right")
-    t.add_column("restarts", justify="right")
-    t.add_column("log", overflow="fold")
+    headers = ["#", ", ".join(snap.sweep.swept) or "overrides", "state", "progress", "loss", "elapsed", "restarts",
+               "log"]
+    rows, styles = [], []
     for r in snap.runs:
         values = " ".join(f"{k}={v}" for k, v in r.values.items()) or " ".join(r.overrides) or "(defaults)"
-        t.add_row(
-            str(r.idx), values, f"[{fmt.STATE_STYLE.get(r.state, '')}]{r.state}[/]",
-            fmt.bar(r.step, r.max_steps, fancy=fancy), fmt.number(r.loss), fmt.duration(r.elapsed_s),
-            str(r.restarts), fmt.short_path(r.log),
-        )
-    return t
-
-
-def print_table(t: Any, con: Any) -> None:
-    """On a terminal as rich draws it; piped, without the padding at the ends of lines."""
-    if con.is_terminal:
-        con.print(t)
-        return
-    with con.capture() as cap:
-        con.print(t)
-    con.file.write("\n".join(line.rstrip() for line in cap.get().splitlines()) + "\n")
+        rows.append([str(r.idx), values, r.state, fmt.bar(r.step, r.max_steps, fancy=fancy), fmt.number(r.loss),
+                     fmt.duration(r.elapsed_s), str(r.restarts), fmt.short_path(r.log)])
+        styles.append([None, None, fmt.STATE_STYLE.get(r.state), None, None, None, None, None])
+    fmt.table(con, headers, rows, right=(0, 4, 5, 6), styles=styles)
 
 
 def counts_line(snap: Snapshot) -> str:
@@ -58,13 +40,18 @@ def render(snap: Snapshot, con: Any) -> None:
     sweep = snap.sweep
     con.print(f"[bold]sweep[/] {sweep.dir}  ({sweep.launcher}, {len(sweep.runs)} runs"
               f"{', no manifest yet' if not sweep.has_manifest else ''})", soft_wrap=True)
-    print_table(table(snap, con), con)
+    print_table(snap, con)
+    notes = []
     for r in snap.runs:
         if r.state in FAILURES and r.error:
-            last = r.error.strip().splitlines()[-1]
-            con.print(f"  [red]#{r.idx} {r.state}:[/] {last}", soft_wrap=True)
+            notes.append(f"  [red]#{r.idx} {r.state}:[/] {escape(r.error.strip().splitlines()[-1])}")
         elif r.note and r.state not in ("pending", "running", "completed"):
-            con.print(f"  [dim]#{r.idx} {r.state}: {r.note}[/]", soft_wrap=True)
+            notes.append(f"  [dim]#{r.idx} {r.state}: {escape(r.note)}[/]")
+    for line in notes[:MAX_NOTES]:
+        con.print(line, soft_wrap=True)
+    if len(notes) > MAX_NOTES:
+        con.print(f"  [dim]... and {len(notes) - MAX_NOTES} more (errors of all failed runs: "
+                  f"python -m hpctrain report)[/]", soft_wrap=True)
     for w in snap.warnings:
         con.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     con.print(counts_line(snap), soft_wrap=True)

@@ -1,0 +1,122 @@
+"""How long `python -m hpctrain status` takes on a 1000-run sweep (the login-node budget is 2 s).
+
+The sweep is made from real run files: a real sweep's run dirs (metrics.json, .hydra/, tb/ event files;
+checkpoints left out) are copied 1000 times under a Slurm-style manifest; one run in ten is made
+failed, one in ten running (its job id is not in the queue, so status must read its logs to decide),
+one in twenty never started. The timed command is the whole CLI in a fresh interpreter, as a user runs it.
+
+    python benchmarks/status_1000.py                      # makes a small real local sweep first (~20 s)
+    python benchmarks/status_1000.py --source SWEEP_DIR   # or copies the runs of an existing sweep
+
+The last line printed is the figure.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List
+
+ARRAY_ID = "987650"  # a job id the test cluster never reaches: squeue is asked and knows nothing of it
+
+
+def _copy_run(src: Path, dest: Path) -> None:
+    def link_or_copy(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("checkpoints", "metrics.json"),
+                    copy_function=link_or_copy)
+
+
+def build_sweep(source: Path, dest: Path, n: int = 1000) -> Path:
+    """A sweep dir of ``n`` runs made from the completed runs of the real sweep ``source``."""
+    manifest = json.loads((source / "sweep.json").read_text())
+    templates = []
+    for spec in manifest["runs"].values():
+        run_dir = source / spec["run_dir"]
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        if metrics.get("status") == "completed":
+            templates.append((run_dir, metrics, spec))
+    if not templates:
+        raise SystemExit(f"{source}: no completed run to copy")
+    folder = dest / ".submitit"
+    events = dest / ".hpctrain" / "events"
+    folder.mkdir(parents=True)
+    events.mkdir(parents=True)
+    shutil.copy2(source / "multirun.yaml", dest / "multirun.yaml")
+    runs = {}
+    now = time.time()
+    for i in range(n):
+        run_dir, metrics, spec = templates[i % len(templates)]
+        lr = f"{10 ** -(1 + 3 * i / n):.3g}"
+        name = f"{i}_lr={lr},seed={i % 7}"
+        job_id = f"{ARRAY_ID}_{i}"
+        runs[str(i)] = {"name": name, "run_dir": name, "overrides": [f"lr={lr}", f"seed={i % 7}"],
+                        "job_id": job_id, "max_steps": metrics.get("max_steps")}
+        if i % 20 == 7:
+            continue  # never started: no run dir, no log
+        _copy_run(run_dir, dest / name)
+        record = dict(metrics)
+        if i % 10 == 9:
+            record.update(status="failed", error="Traceback (most recent call last):\nRuntimeError: synthetic failure")
+        elif i % 10 == 8:
+            record.update(status="running", step=(metrics.get("max_steps") or 2) // 2, updated=now, started=now - 60)
+        (dest / name / "metrics.json").write_text(json.dumps(record))
+        start = {"event": "start", "time": now - 60, "job_id": job_id}
+        lines = [start] + ([{"event": "failed", "time": now, "job_id": job_id, "error": "RuntimeError"}]
+                           if i % 10 == 9 else [])
+        (events / f"{i}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+        (folder / f"{job_id}_0_log.out").write_text("submitit INFO - Starting\n" * 20)
+        (folder / f"{job_id}_0_log.err").write_text("RuntimeError: synthetic failure\n" if i % 10 == 9 else "")
+    (dest / "sweep.json").write_text(json.dumps({
+        "launcher": "slurm", "app": "hpctrain.app", "submitit_folder": str(folder),
+        "submissions": [{"time": now, "job_ids": [ARRAY_ID], "runs": list(range(n))}], "runs": runs}))
+    return dest
+
+
+def time_status(sweep_dir: Path, repeats: int = 3) -> List[float]:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep_dir)],
+                              capture_output=True, text=True)
+        times.append(time.perf_counter() - t0)
+        if proc.returncode not in (0, 1):
+            raise SystemExit(f"status failed ({proc.returncode}):\n{proc.stderr}")
+    print(proc.stdout.strip().splitlines()[-1])
+    return times
+
+
+def make_source(work: Path) -> Path:
+    sweep = work / "source"
+    subprocess.run([sys.executable, "-m", "hpctrain", "-m", "lr=1e-2,1e-3", "max_steps=20",
+                    "hydra/launcher=local", f"hydra.sweep.dir={sweep}"], cwd=work, check=True,
+                   capture_output=True, text=True)
+    return sweep
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--source", type=Path, help="a finished sweep whose runs are copied (default: make one)")
+    p.add_argument("--runs", type=int, default=1000)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="hpctrain-status-bench-") as tmp:
+        work = Path(tmp)
+        source = args.source or make_source(work)
+        sweep = build_sweep(source.absolute(), work / "sweep", args.runs)
+        times = time_status(sweep)
+    print(f"status on {args.runs} runs: {min(times):.2f} s (best of {len(times)}; "
+          f"median {statistics.median(times):.2f} s; whole CLI in a fresh interpreter)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""``hpctrain cancel``: cancel what is still queued or running, whole arrays or single tasks.
+
+Slurm: ``scancel`` (the array id when the whole sweep is cancelled, ``<array>_<task>`` ids for chosen
+runs), then the queue is asked until the jobs have left it. Local: the sweep's launcher is stopped
+first (so it starts nothing new), then each run's submitit controller (SIGINT, as submitit's own
+``cancel``). What was cancelled is recorded in ``<sweep>/.hpctrain/cancelled.json``: without
+accounting, nothing else would tell ``status`` that a job that left the queue was cancelled.
+"""
+
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from hpctrain.review import fmt, jobs, localproc, queue
+from hpctrain.review.runs import ACTIVE, RunRecord, Snapshot, collect
+from hpctrain.review.status import counts_line
+from hpctrain.review.sweepdir import load_sweep
+
+WAIT_S = 20.0
+
+
+def _slurm(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, int]:
+    """scancel, then wait until the jobs have left the queue; ``{job_id: idx}`` of those cancelled."""
+    if whole:  # one id per array cancels every task of it still queued or running
+        ids = sorted({r.job_id.split("_")[0] for r in targets if r.job_id})
+    else:
+        ids = [r.job_id for r in targets if r.job_id]
+    rc, err = queue.scancel(ids)
+    if rc != 0 and err:
+        print(f"hpctrain cancel: scancel {' '.join(ids)}: {err}", file=sys.stderr)
+    left = {r.job_id: r.idx for r in targets if r.job_id}
+    deadline = time.time() + WAIT_S
+    while True:
+        queued = queue.squeue_query(list(left)) or {}
+        still = {j for j in left if j in queued and queued[j][0] not in ("COMPLETING", "CANCELLED")}
+        if not still or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    for job_id in sorted(still):
+        print(f"hpctrain cancel: run #{left[job_id]} (job {job_id}) is still in the queue", file=sys.stderr)
+    return {j: i for j, i in left.items() if j not in still}
+
+
+def _local(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, int]:
+    """The launcher first (it would start the next pending run), then each running run's processes."""
+    if whole:
+        pid = jobs.launcher_pid(snap.sweep.dir)
+        if pid and jobs.pid_alive(pid, "python") and not localproc.stop_process(pid, "python"):
+            print(f"hpctrain cancel: the sweep's launcher (pid {pid}) did not stop", file=sys.stderr)
+    done = {}
+    for r in targets:
+        if r.job_id and r.state != "pending":
+            if localproc.stop_controller(r.job_id):
+                done[r.job_id] = r.idx
+            else:
+                print(f"hpctrain cancel: run #{r.idx} (pid {r.job_id}) did not stop", file=sys.stderr)
+    return done
+
+
+def run(sweep_dir: Path, runs: Optional[List[int]] = None) -> int:
+    snap = collect(load_sweep(sweep_dir))
+    known = {r.idx: r for r in snap.runs}
+    unknown = [i for i in runs or [] if i not in known]
+    if unknown:
+        print(f"hpctrain cancel: error: no run {', '.join(map(str, unknown))} in {sweep_dir} "
+              f"(runs: {min(known)}..{max(known)})" if known else f"hpctrain cancel: error: {sweep_dir} has no runs",
+              file=sys.stderr)
+        return 2
+    chosen = [known[i] for i in runs] if runs else snap.runs
+    for r in chosen:
+        if runs and r.state not in ACTIVE:
+            print(f"run #{r.idx} is {r.state}: nothing to cancel")
+    targets = [r for r in chosen if r.state in ACTIVE]
+    if not targets:
+        print(f"nothing to cancel in {sweep_dir}: no run is queued or running")
+        return 0
+    if snap.sweep.launcher == "local" and runs and any(r.state == "pending" for r in targets):
+        print("hpctrain cancel: error: a local sweep starts its pending runs as slots free up; cancel the whole "
+              "sweep (without --run) or the running runs only", file=sys.stderr)
+        return 2
+    whole = not runs
+    if snap.sweep.launcher == "slurm":
+        done = _slurm(snap, targets, whole)
+    else:
+        done = _local(snap, targets, whole)
+    if done:
+        jobs.record_cancelled(sweep_dir, done)
+    con = fmt.console()
+    for r in targets:
+        ok = r.job_id in done or not r.job_id  # no job id: a local run that never started
+        con.print(f"  #{r.idx} {' '.join(f'{k}={v}' for k, v in r.values.items())}: was {r.state}, "
+                  f"{'cancelled' if ok else '[red]NOT cancelled[/]'}", soft_wrap=True)
+    con.print(counts_line(collect(load_sweep(sweep_dir))), soft_wrap=True)
+    failed = [r for r in targets if r.job_id and r.job_id not in done]
+    return 1 if failed else 0

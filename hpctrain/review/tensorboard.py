@@ -1,0 +1,138 @@
+"""``hpctrain tensorboard``: TensorBoard over the sweep, each run named by its swept values.
+
+Run dir names can hold commas (Hydra joins overrides with them), which ``--logdir_spec`` cannot take,
+so the runs are presented as a folder of symlinks named by their values (``lr=0.001,seed=1``) pointing
+at each run's ``tb/``; links of runs not started yet dangle until their run writes its first event.
+TensorBoard runs as a child process bound to 127.0.0.1 unless ``--host`` says otherwise.
+"""
+
+import getpass
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+from hpctrain import runfiles
+from hpctrain.review.sweepdir import Sweep, load_sweep
+
+LINKS = Path(".hpctrain") / "tensorboard"
+START_TIMEOUT_S = 90.0
+
+
+def run_names(sweep: Sweep) -> Dict[str, Path]:
+    """``{"lr=0.001": <run_dir>/tb}``; names made unique with the run index where values repeat."""
+    out: Dict[str, Path] = {}
+    for spec in sweep.runs:
+        if spec.run_dir is None:
+            continue
+        name = re.sub(r"[/\\:]+", "_", sweep.label(spec, sep=","))
+        if name in out:
+            name = f"{name} #{spec.idx}"
+        out[name] = spec.run_dir / runfiles.TB_DIR
+    return out
+
+
+def make_links(sweep: Sweep) -> Path:
+    """The folder TensorBoard reads: one symlink per run; in the sweep dir, else (read-only) a temp dir."""
+    names = run_names(sweep)
+    for folder in (sweep.dir / LINKS, None):
+        try:
+            folder = Path(tempfile.mkdtemp(prefix="hpctrain-tb-")) if folder is None else folder
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+            for name, target in names.items():
+                (folder / name).symlink_to(target.absolute(), target_is_directory=True)
+            return folder
+        except OSError:
+            continue
+    raise OSError(f"cannot make a folder of run links in {sweep.dir / LINKS} nor in {tempfile.gettempdir()}")
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(host: str, first: int = 6006, tries: int = 100) -> int:
+    for port in range(first, first + tries):
+        if port_free(host, port):
+            return port
+    raise OSError(f"no free port in {first}..{first + tries - 1} on {host}; pass --port")
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1" if host in ("0.0.0.0", "") else host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def login_host() -> str:
+    """This machine's name as users reach it by ssh (the FQDN unless it is only localhost)."""
+    fqdn = socket.getfqdn()
+    return socket.gethostname() if not fqdn or fqdn.startswith("localhost") else fqdn
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run(sweep_dir: Path, port: Optional[int] = None, host: str = "127.0.0.1") -> int:
+    sweep = load_sweep(sweep_dir)
+    if port is None:
+        port = pick_port(host)
+    elif not port_free(host, port):
+        print(f"hpctrain tensorboard: error: port {port} on {host} is in use; pick another with --port", file=sys.stderr)
+        return 2
+    links = make_links(sweep)
+    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(links), "--host", host, "--port", str(port),
+           "--reload_interval", "15"]
+    proc = subprocess.Popen(cmd)
+    signal.signal(signal.SIGTERM, _on_sigterm)  # `kill` stops TensorBoard too
+    try:
+        deadline = time.time() + START_TIMEOUT_S
+        while not _listening(host, port):
+            if proc.poll() is not None:
+                print(f"hpctrain tensorboard: error: TensorBoard exited with code {proc.returncode} "
+                      f"(command: {' '.join(cmd)})", file=sys.stderr)
+                return 1
+            if time.time() > deadline:
+                print(f"hpctrain tensorboard: error: TensorBoard did not answer on {host}:{port} "
+                      f"within {START_TIMEOUT_S:.0f} s", file=sys.stderr)
+                return 1
+            time.sleep(0.3)
+        shown = login_host() if host in ("0.0.0.0", "") else host
+        print(f"\nTensorBoard on {sweep_dir}: {len(run_names(sweep))} runs, named by "
+              f"{', '.join(sweep.swept) or 'their overrides'}")
+        print(f"  URL:        http://{shown}:{port}/")
+        print(f"  ssh tunnel: ssh -N -L {port}:127.0.0.1:{port} {getpass.getuser()}@{login_host()}"
+              f"   (then open http://localhost:{port}/ on your machine)")
+        print("  Ctrl-C to stop.", flush=True)
+        return proc.wait()
+    finally:
+        _stop(proc)
+        if not str(links).startswith(str(sweep.dir)):
+            shutil.rmtree(links, ignore_errors=True)
