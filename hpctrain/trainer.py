@@ -249,7 +249,7 @@ class Trainer:
         self.guard.install()
         started = time.time()
         self.logger.progress(status=runfiles.RUNNING, step=self.step, max_steps=cfg.max_steps, started=started,
-                             error=None)
+                             error=None, world_size=self.info.world_size)
         batches = self.batches()
         loss_acc, interval = torch.zeros((), device=self.device), 0
         last: Dict[str, float] = {}

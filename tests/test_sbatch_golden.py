@@ -1,0 +1,97 @@
+"""Golden file: the sbatch script (and run list) a dry run prints for a typical GPU sweep in Apptainer.
+
+Machine-specific paths become placeholders (<TMP>, <PYTHON>, <REPO>) before the comparison.
+Rewrite the golden file after an intended change with:
+
+    UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_sbatch_golden.py
+
+The request fits the test cluster's nodes (2 CPUs, 2 GPUs, 3.9 GB each), because the launcher checks
+it against the partition (scontrol) before printing, and the printed script is then handed to
+`sbatch --test-only`, so Slurm itself accepts it. tests/test_container.py checks that the script a dry
+run prints is the one a real submission writes.
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_hpctrain
+
+GOLDEN = ROOT / "tests" / "golden" / "sbatch_gpu_sweep.txt"
+SWEEP = ["-m", "lr=1e-3,3e-4", "seed=0,1", "max_steps=100", "hydra/launcher=slurm",
+         "hydra.launcher.gpus_per_node=2", "hydra.launcher.nodes=1", "hydra.launcher.partition=debug",
+         "hydra.launcher.timeout_min=120", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=3",
+         "hydra.launcher.dry_run=true"]
+
+
+def normalize(text: str, tmp_path: Path) -> str:
+    """Replace the paths of this machine and this test run by placeholders, longest first."""
+    subs = {}
+    for path, name in ((tmp_path, "<TMP>"), (Path(sys.executable).parent, "<PYTHON_BIN>"), (ROOT, "<REPO>")):
+        subs[str(path)] = name
+        subs[str(Path(path).resolve())] = name
+    subs[sys.executable] = "<PYTHON>"
+    for old in sorted(subs, key=len, reverse=True):
+        text = text.replace(old, subs[old])
+    return text
+
+
+@pytest.fixture
+def dry_run(slurm_cluster, tmp_path):
+    image = tmp_path / "hpctrain.sif"
+    image.touch()
+    proc = run_hpctrain(SWEEP + [f"hydra.launcher.container.image={image}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                        cwd=tmp_path, timeout=60)
+    assert not (tmp_path / "sweep" / ".submitit").exists(), "a dry run submitted something"
+    return proc.stdout, tmp_path
+
+
+def test_dry_run_matches_golden(dry_run):
+    stdout, tmp_path = dry_run
+    text = normalize(stdout, tmp_path)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(text)
+    assert GOLDEN.exists(), f"no golden file: run with UPDATE_GOLDEN=1 to write {GOLDEN}"
+    expected = GOLDEN.read_text()
+    assert text == expected, (f"the dry run's output changed; if intended, rewrite {GOLDEN.name} with "
+                              f"UPDATE_GOLDEN=1\n--- got ---\n{text}")
+
+
+def test_dry_run_script_makes_sense_and_slurm_accepts_it(dry_run):
+    stdout, tmp_path = dry_run
+    script, runs = stdout.split("\nruns (", 1)
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    sbatch = {m[1]: m[2] for m in (re.match(r"#SBATCH --([\w-]+)=(.*)$", line) for line in lines) if m}
+    assert re.fullmatch(r"0-3%\d+", sbatch["array"]), sbatch  # 4 points, one array
+    assert int(sbatch["array"].split("%")[1]) >= 1
+    assert sbatch["gpus-per-node"] == "2"
+    assert sbatch["ntasks-per-node"] == "2"  # one DDP rank per GPU by default
+    assert sbatch["nodes"] == "1" and sbatch["partition"] == "debug" and sbatch["time"] == "120"
+    assert sbatch["cpus-per-task"] == "1" and sbatch["mem"] == "3GB"
+    assert sbatch["signal"] == "USR2@90"  # checkpoint and requeue 90 s before the limit
+    assert sbatch["open-mode"] == "append"  # a requeued run appends to its logs
+    # the USR2 trap is in the setup, before the job step starts
+    setup = script.split("# setup\n", 1)[1].split("# command\n", 1)[0]
+    assert re.search(r"^trap .* USR2$", setup, re.M), setup
+    (srun,) = [line for line in lines if line.startswith("srun ")]
+    argv = shlex.split(srun)
+    i = argv.index("apptainer")
+    assert argv[i:i + 3] == ["apptainer", "exec", "--nv"]
+    binds = [argv[j + 1] for j in range(i, len(argv)) if argv[j] == "--bind"]
+    assert binds == [str((tmp_path / "sweep").resolve()), str(tmp_path.resolve())]
+    image_at = argv.index(str(tmp_path / "hpctrain.sif"))
+    assert argv[image_at + 1:] == ["python", "-u", "-m", "submitit.core._submit", str(tmp_path / "sweep" / ".submitit")]
+    assert runs.startswith("4 to submit") and "dry run: nothing submitted" in runs
+
+    # Slurm itself accepts the script (validated by the controller, nothing queued)
+    path = tmp_path / "job.sh"
+    path.write_text(script + "\n")
+    check = subprocess.run(["sbatch", "--test-only", str(path)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and "to start at" in check.stderr, check.stderr

@@ -1,0 +1,113 @@
+"""The Slurm launcher on the real test cluster (slurm/test-cluster.sh): nothing mocked."""
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from conftest import run_hpctrain, tb_scalars
+from slurm_helpers import cancel, job_id, metrics, queued, run_dirs, wait_for
+
+pytestmark = pytest.mark.usefixtures("slurm_cluster")
+
+
+def test_readme_sweep_returns_while_queued_then_completes(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_hpctrain(["-m", "lr=1e-3,1e-4", "max_steps=60", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}"],
+                        cwd=tmp_path, timeout=60)
+    job = job_id(sweep)
+    try:
+        # submit and return: the array is still in the queue when the command has exited
+        assert queued(job), "the sweep command waited for the jobs to end"
+        assert f"submitted 2 run(s) as Slurm job {job}" in proc.stdout
+        assert f"python -m hpctrain status {sweep}" in proc.stdout
+        dirs = [sweep / "0_lr=0.001", sweep / "1_lr=0.0001"]
+        wait_for(lambda: all(metrics(d).get("status") == "completed" for d in dirs), 180, "both runs to complete")
+        for d in dirs:
+            assert tb_scalars(d, "train/loss")
+            assert metrics(d)["step"] == 60
+        wait_for(lambda: not queued(job), 30, "the array to leave the queue")
+    finally:
+        cancel(job)
+
+
+def test_two_nodes_two_tasks_each_is_four_gloo_ranks(tmp_path):
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "max_steps=30", "model._target_=user_models.RankDump", f"+model.dump_dir={dump}",
+                  "hydra/launcher=slurm", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=2",
+                  "hydra.launcher.wait=true", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=240)
+    (run_dir,) = run_dirs(sweep)
+    record = metrics(run_dir)
+    assert record["status"] == "completed" and record["world_size"] == 4
+    weights = [torch.load(dump / f"rank{r}.pt") for r in range(4)]
+    for w in weights[1:]:
+        assert all(torch.equal(w[k], weights[0][k]) for k in w)
+    # the tasks really ran on both virtual nodes
+    logs = "".join(p.read_text() for p in (sweep / ".submitit").glob("*_log.out"))
+    assert "node=0(2)" in logs and "node=1(2)" in logs
+
+
+def test_preempted_run_requeues_resumes_and_matches_uninterrupted(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", "+tag=preempted,uninterrupted", "max_steps=4000", "log_every=20", "eval_every=0",
+            "ckpt_every=0", "model.hidden=64", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}"]
+    run_hpctrain(args, cwd=tmp_path, timeout=60)
+    job = job_id(sweep)
+    try:
+        preempted, uninterrupted = sweep / "0_+tag=preempted", sweep / "1_+tag=uninterrupted"
+        wait_for(lambda: metrics(preempted).get("step", 0) >= 200, 120, "the run to be under way")
+        subprocess.run(["scancel", "--signal=USR2", "--full", f"{job}_0"], check=True)
+        wait_for(lambda: metrics(preempted).get("status") == "requeued", 60, "the checkpoint on USR2")
+        stopped_at = torch.load(preempted / "checkpoints" / "last.pt", weights_only=False)["step"]
+        assert 200 <= stopped_at < 4000
+        wait_for(lambda: all(metrics(d).get("status") == "completed" for d in (preempted, uninterrupted)), 240,
+                 "both runs to complete")
+        show = subprocess.run(["scontrol", "show", "job", f"{job}_0"], capture_output=True, text=True).stdout
+        assert "Restarts=1" in show or "Restarts=1" in _restarts_from_log(sweep)
+        log = (preempted / "hpctrain.log").read_text()
+        assert f"resumed from {preempted / 'checkpoints' / 'last.pt'} at step {stopped_at}" in log
+        a = torch.load(preempted / "checkpoints" / "last.pt", weights_only=False)
+        b = torch.load(uninterrupted / "checkpoints" / "last.pt", weights_only=False)
+        assert a["step"] == b["step"] == 4000
+        for key in a["model"]:
+            assert torch.equal(a["model"][key], b["model"][key]), key
+        # the same TensorBoard run goes on: one curve, no step logged twice
+        steps = _tb_steps(preempted)
+        assert steps == sorted(set(steps)) and steps[-1] == 4000
+    finally:
+        cancel(job)
+
+
+def _restarts_from_log(sweep):
+    events = (sweep / ".hpctrain" / "events" / "0.jsonl").read_text().splitlines()
+    return f"Restarts={sum(json.loads(e)['event'] == 'start' for e in events) - 1}"
+
+
+def _tb_steps(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [e.step for e in acc.Scalars("train/loss")]
+
+
+def test_crash_is_retried_and_always_failing_run_ends_failed(tmp_path):
+    sweep, marker = tmp_path / "sweep", tmp_path / "marker"
+    marker.mkdir()
+    proc = run_hpctrain(["-m", "model._target_=user_models.Flaky,user_models.Boom,user_models.TinyNet",
+                         f"+model.marker_dir={marker}", "max_steps=20", "hydra/launcher=slurm",
+                         "hydra.launcher.max_retries=1", "hydra.launcher.wait=true", f"hydra.sweep.dir={sweep}"],
+                        cwd=tmp_path, timeout=300, check=False)
+    assert proc.returncode != 0 and "1 of 3 run(s) failed" in proc.stderr + proc.stdout
+    flaky, boom, fine = run_dirs(sweep)
+    assert metrics(flaky)["status"] == "completed"
+    assert metrics(fine)["status"] == "completed"
+    record = metrics(boom)
+    assert record["status"] == "failed" and "Boom: this model always fails" in record["error"]
+    events = [json.loads(line)["event"] for line in (sweep / ".hpctrain/events/0.jsonl").read_text().splitlines()]
+    assert events == ["start", "failed", "retry", "start"]
+    events = [json.loads(line)["event"] for line in (sweep / ".hpctrain/events/1.jsonl").read_text().splitlines()]
+    assert events == ["start", "failed", "retry", "start", "failed"]
