@@ -27,6 +27,12 @@ def save_atomic(state: Dict[str, Any], path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def remove_partial(path: Path) -> None:
+    """Delete temporary files left by a save that was killed half-way (never a complete checkpoint)."""
+    for tmp in path.parent.glob(f".{path.name}.tmp-*"):
+        tmp.unlink(missing_ok=True)
+
+
 def load(path: Path, map_location: Any = "cpu") -> Optional[Dict[str, Any]]:
     if not path.is_file():
         return None

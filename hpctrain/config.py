@@ -128,12 +128,12 @@ class TrainConfig:
     num_workers: int = 0
 
 
-def dirname(overrides: str, limit: int = 120) -> str:
-    """A run directory name from Hydra's override_dirname: one path component, of bounded length.
+def dirname(num: int, overrides: str, limit: int = 120) -> str:
+    """A run directory name, ``<num>_<swept values>``: one path component, of bounded length.
 
     ``/`` in a value (a path) would nest directories, and names over 255 bytes cannot be created.
     """
-    name = overrides.replace("/", "%2F")
+    name = f"{num}_{overrides}".replace("/", "%2F") if overrides else str(num)
     if len(name) > limit:
         name = name[: limit - 9] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
     return name

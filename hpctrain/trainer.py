@@ -157,6 +157,8 @@ class Trainer:
         checkpoint.set_rng_state(state["rng"])
 
     def maybe_resume(self) -> None:
+        if self.info.is_main:
+            checkpoint.remove_partial(self.ckpt_path)
         state = checkpoint.load(self.ckpt_path, map_location=self.device)
         if state is not None:
             self.load_state_dict(state)

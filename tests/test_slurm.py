@@ -108,6 +108,6 @@ def test_crash_is_retried_and_always_failing_run_ends_failed(tmp_path):
     record = metrics(boom)
     assert record["status"] == "failed" and "Boom: this model always fails" in record["error"]
     events = [json.loads(line)["event"] for line in (sweep / ".hpctrain/events/0.jsonl").read_text().splitlines()]
-    assert events == ["start", "failed", "retry", "start"]
+    assert events == ["submitted", "start", "failed", "retry", "start"]
     events = [json.loads(line)["event"] for line in (sweep / ".hpctrain/events/1.jsonl").read_text().splitlines()]
-    assert events == ["start", "failed", "retry", "start", "failed"]
+    assert events == ["submitted", "start", "failed", "retry", "start", "failed"]

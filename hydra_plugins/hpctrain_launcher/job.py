@@ -60,7 +60,9 @@ class SweepJob:
 
     def _retry_or_fail(self, env: submitit.JobEnvironment, idx: int, ret: Any) -> None:
         sweep_dir = Path(self.sweep_dir)
-        failures = sum(e["event"] == "failed" for e in runfiles.read_events(sweep_dir, idx))
+        events = runfiles.read_events(sweep_dir, idx)
+        since = max((i for i, e in enumerate(events) if e["event"] == "submitted"), default=-1)
+        failures = sum(e["event"] == "failed" for e in events[since + 1 :])  # this submission's only
         runfiles.append_event(sweep_dir, idx, "failed", job_id=env.job_id, error=repr(ret._return_value)[:500])
         if failures >= self.max_retries:
             return  # out of retries: the run ends failed (metrics.json says so)

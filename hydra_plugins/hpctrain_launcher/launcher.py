@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides
+from hydra.errors import CompactHydraException
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
@@ -25,8 +26,8 @@ from .plan import PlanError, Run, exclude_constant_keys, plan_runs, task_config
 log = logging.getLogger(__name__)
 
 
-class LaunchError(Exception):
-    """Bad input found on the login node: nothing was submitted."""
+class LaunchError(CompactHydraException):
+    """Bad input found on the login node, or failed runs: Hydra prints the message alone, exits 1."""
 
 
 class BaseLauncher(Launcher):
@@ -40,6 +41,10 @@ class BaseLauncher(Launcher):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+        # here, not in launch(): Hydra's sweeper creates the sweep dir between the two
+        problems = _check_writable(Path(str(config.hydra.sweep.dir)).absolute())
+        if problems:
+            raise LaunchError(f"nothing submitted: {problems[0]}")
 
     # ------------------------------------------------------------------ hooks
     def gpus_per_node(self) -> int:
@@ -106,7 +111,6 @@ class BaseLauncher(Launcher):
     def check(self, runs: List[Run], sweep_dir: Path) -> List[str]:
         """Every problem at once: launcher settings, then each sweep point's config."""
         problems = self.check_resources()
-        problems += _check_writable(sweep_dir)
         c = self.params.container
         problems += check_container(c.image, c.runtime, list(c.binds))
         for name in self.params.env:
@@ -147,6 +151,7 @@ class BaseLauncher(Launcher):
         manifest["submissions"].append({"time": time.time(), "job_ids": sorted({i.split("_")[0] for i in job_ids}),
                                         "runs": [r.idx for r in runs]})
         for run, job_id in zip(runs, job_ids):
+            runfiles.append_event(sweep_dir, run.idx, "submitted", job_id=job_id)  # retries count from here
             manifest["runs"][str(run.idx)] = {
                 "name": run.name,
                 "run_dir": os.path.relpath(run.run_dir, sweep_dir),
