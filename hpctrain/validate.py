@@ -47,6 +47,15 @@ def validate_job(cfg: DictConfig, world_size: int = 1) -> List[str]:
             f"batch_size={cfg.batch_size}: expected a multiple of world_size x grad_accum = "
             f"{world_size} x {cfg.grad_accum} (the batch is global)"
         )
+    train_size = OmegaConf.select(cfg, "data.train_size")
+    if isinstance(train_size, int) and cfg.batch_size > train_size:
+        problems.append(f"batch_size={cfg.batch_size}: larger than data.train_size={train_size} "
+                        f"(one step would need more samples than the data set has)")
+    for key in ("num_classes", "num_features", "vocab_size", "seq_len", "train_size"):
+        value = OmegaConf.select(cfg, f"data.{key}")
+        minimum = 2 if key in ("num_classes", "vocab_size") else 1
+        if isinstance(value, int) and value < minimum:
+            problems.append(f"data.{key}={value}: expected an integer >= {minimum}")
     for group in ("model", "data", "optim"):
         target = OmegaConf.select(cfg, f"{group}._target_")
         error = target_error(target) if isinstance(target, str) else "a class path such as pkg.module.Class"

@@ -1,0 +1,100 @@
+"""Every bad input fails on the login node with a message naming the culprit; nothing is submitted."""
+
+import subprocess
+import time
+
+import pytest
+
+from conftest import run_hpctrain
+
+IMAGE_DIR = "__tmp__/not-an-image"  # placeholders filled in per test
+CASES = [
+    # config: keys, types, ranges
+    (["lr=-1"], "lr=-1.0: expected a number > 0"),
+    (["lr=abc"], "Value 'abc' of type 'str' could not be converted to Float"),
+    (["lr=1e-3,-2"], "run 1 (lr=-2): lr=-2.0: expected a number > 0"),
+    (["max_steps=0"], "max_steps=0: expected an integer > 0"),
+    (["max_steps=10,zz"], "could not be converted to Integer"),
+    (["grad_accum=0"], "grad_accum=0: expected an integer >= 1"),
+    (["precision=fp8"], "precision='fp8': expected one of 32, bf16, fp16"),
+    (["batch_size=30", "grad_accum=4"], "batch_size=30: expected a multiple of world_size x grad_accum = 1 x 4"),
+    (["batch_size=0"], "batch_size=0: expected an integer > 0"),
+    (["nosuchkey=1"], "Key 'nosuchkey' not in 'TrainConfig'"),
+    (["model.nosuch=3"], "Key 'nosuch' not in 'MLPConfig'"),
+    (["model=nosuch"], "Could not find 'model/nosuch'"),
+    (["compile=maybe"], "Value 'maybe' is not a valid bool"),
+    (["log_every=0"], "log_every=0: expected an integer >= 1"),
+    (["device=tpu"], "device='tpu': expected auto, cpu or cuda"),
+    (["min_lr_ratio=2"], "min_lr_ratio=2.0: expected a number in [0, 1]"),
+    (["model=gpt"], "model.vocab_size: Interpolation key 'data.vocab_size' not found"),
+    # components: _target_ checked without importing it
+    (["model._target_=nosuch_pkg.Net"], "model._target_='nosuch_pkg.Net': module 'nosuch_pkg' not found"),
+    (["model._target_=hpctrain.models.mlp.Nope"], "module 'hpctrain.models.mlp' has no 'Nope'"),
+    (["optim._target_=torch.optim.Adamm"], "optim._target_='torch.optim.Adamm': module 'torch.optim' has no 'Adamm'"),
+    # data
+    (["data._target_=hpctrain.data.synthetic.nope"], "module 'hpctrain.data.synthetic' has no 'nope'"),
+    (["data.train_size=16", "batch_size=64"], "batch_size=64: larger than data.train_size=16"),
+    (["data.num_classes=0"], "data.num_classes=0: expected an integer >= 2"),
+    # resources, asked of the cluster
+    (["hydra.launcher.gpus_per_node=3"], "hydra.launcher.gpus_per_node=3: nodes of partition 'debug' have at most 2 GPU(s)"),
+    (["hydra.launcher.partition=nosuch"], "hydra.launcher.partition='nosuch': no such partition"),
+    (["hydra.launcher.partition=short", "hydra.launcher.timeout_min=100"],
+     "hydra.launcher.timeout_min=100: partition 'short' allows at most 10"),
+    (["hydra.launcher.nodes=3"], "hydra.launcher.nodes=3: partition 'debug' has 2 node(s)"),
+    (["hydra.launcher.tasks_per_node=2", "hydra.launcher.cpus_per_task=2"],
+     "tasks_per_node x cpus_per_task = 4 CPUs: nodes of partition 'debug' have at most 2"),
+    (["hydra.launcher.mem_gb=100"], "hydra.launcher.mem_gb=100.0: nodes of partition 'debug' have at most 3.9 GB"),
+    (["hydra.launcher.nodes=2", "batch_size=63"], "batch_size=63: expected a multiple of world_size x grad_accum = 2 x 1"),
+    (["hydra.launcher.timeout_min=0"], "hydra.launcher.timeout_min=0: expected an integer > 0"),
+    (["hydra.launcher.max_retries=-1"], "hydra.launcher.max_retries=-1: expected an integer >= 0"),
+    # container
+    (["hydra.launcher.container.image=/nonexistent/img.sif"], "hydra.launcher.container.image='/nonexistent/img.sif': file not found"),
+    (["hydra.launcher.container.image=__tmp__"], "not a readable file"),
+    (["hydra.launcher.container.image=__img__", "hydra.launcher.container.binds=[/nonexistent/data]"],
+     "source path '/nonexistent/data' does not exist"),
+    (["hydra.launcher.container.image=__img__", "hydra.launcher.container.runtime=docker"],
+     "hydra.launcher.container.runtime='docker': expected one of apptainer, singularity"),
+    # paths and secrets
+    (["hydra.sweep.dir=/etc/hostname/sweep"], "hydra.sweep.dir='/etc/hostname/sweep': cannot be written"),
+    (["+hydra.launcher.env.MY_API_TOKEN=abc"], "hydra.launcher.env.MY_API_TOKEN: looks like a secret"),
+]
+
+
+def _my_jobs(cwd) -> set:
+    out = subprocess.run(["squeue", "-h", "-o", "%i %Z"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.split()[-1] == str(cwd)}
+
+
+@pytest.mark.usefixtures("slurm_cluster")
+@pytest.mark.parametrize("args,message", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_input_fails_fast_and_submits_nothing(tmp_path, args, message):
+    image = tmp_path / "img.sif"
+    image.write_text("not really an image")
+    args = [a.replace("__tmp__", str(tmp_path)).replace("__img__", str(image)) for a in args]
+    sweep = tmp_path / "sweep"
+    if not any(a.startswith("hydra.sweep.dir=") for a in args):
+        args.append(f"hydra.sweep.dir={sweep}")
+    start = time.time()
+    proc = run_hpctrain(["-m", *args, "hydra/launcher=slurm"], cwd=tmp_path, check=False, timeout=60)
+    elapsed = time.time() - start
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (sweep / ".submitit").exists() and not (sweep / "sweep.json").exists()
+    assert not list(sweep.glob("*/metrics.json")) if sweep.exists() else True
+    assert not _my_jobs(tmp_path), "a job was submitted"
+    assert elapsed < 10, f"took {elapsed:.1f} s to fail"
+
+
+def test_all_bad_points_reported_together(tmp_path):
+    proc = run_hpctrain(["-m", "lr=1e-3,-1", "max_steps=0,5", "hydra/launcher=local", f"hydra.sweep.dir={tmp_path / 's'}"],
+                        cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip().startswith("run ")]
+    assert lines == [
+        "run 0 (lr=0.001 max_steps=0): max_steps=0: expected an integer > 0",
+        "run 2 (lr=-1 max_steps=0): lr=-1.0: expected a number > 0",
+        "run 2 (lr=-1 max_steps=0): max_steps=0: expected an integer > 0",
+        "run 3 (lr=-1 max_steps=5): lr=-1.0: expected a number > 0",
+    ]
+    assert not (tmp_path / "s" / ".submitit").exists()

@@ -1,0 +1,283 @@
+"""The review commands on a real local sweep: status, report (and its best command, rerun), tensorboard
+over HTTP, a 1000-run status under 2 s, cancel of a local sweep in flight, and no torch on the way.
+"""
+
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import HELPERS, ROOT, hpctrain_env, run_hpctrain
+
+TESTS = ROOT / "tests"
+LRS = ["0.03", "0.01", "0.001", "0.3"]  # 0.3 fails on purpose (test_review_helpers.LrBoom)
+
+
+def env() -> dict:
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), str(HELPERS), os.environ.get("PYTHONPATH")]))}
+
+
+def review(args, cwd, extra_flags=()) -> subprocess.CompletedProcess:
+    """A review command as a user runs it, in a fresh interpreter, output piped."""
+    return subprocess.run([sys.executable, *extra_flags, "-m", "hpctrain", *args], cwd=cwd, env=hpctrain_env(env()),
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("review")
+    sweep_dir = work / "sweep"
+    proc = run_hpctrain(["-m", f"lr={','.join(LRS)}", "max_steps=30", "model._target_=test_review_helpers.LrBoom",
+                         "+model.boom_lr=0.3", "hydra/launcher=local", "hydra.launcher.max_retries=1",
+                         f"hydra.sweep.dir={sweep_dir}"], cwd=work, env=env(), check=False)
+    assert proc.returncode != 0, "one run fails on purpose: the local launcher exits non-zero"
+    return sweep_dir
+
+
+def metrics_of(sweep_dir: Path) -> dict:
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    return {int(i): json.loads((sweep_dir / r["run_dir"] / "metrics.json").read_text())
+            for i, r in manifest["runs"].items()}
+
+
+def test_status_rows_and_counts(sweep):
+    proc = review(["status", str(sweep)], cwd=sweep.parent)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # a run failed
+    lines = proc.stdout.splitlines()
+    rows = {int(line.split()[0]): line for line in lines if re.match(r"\s*\d+\s+lr=", line)}
+    assert sorted(rows) == [0, 1, 2, 3]
+    for idx, lr in enumerate(LRS):
+        assert f"lr={lr} " in rows[idx]
+        assert (" failed " if lr == "0.3" else " completed ") in rows[idx]
+        assert ("30/30" in rows[idx]) == (lr != "0.3")
+    assert lines[-1] == "4 runs: 3 completed, 1 failed"
+    assert any("#3 failed" in line and "LrBoom: this run fails on purpose" in line for line in lines)
+
+    records = {r["idx"]: r for r in json.loads(review(["status", str(sweep), "--json"], cwd=sweep.parent).stdout)["runs"]}
+    truth = metrics_of(sweep)
+    for idx, rec in records.items():
+        assert rec["values"] == {"lr": LRS[idx]}
+        assert Path(rec["log"]).is_file()
+        if idx == 3:
+            assert rec["state"] == "failed" and rec["restarts"] == 1  # max_retries=1: a second attempt
+            assert rec["log"].endswith("_log.err") and "LrBoom" in Path(rec["log"]).read_text()
+            assert "RuntimeError: LrBoom" in rec["error"]
+        else:
+            assert rec["state"] == "completed" and rec["restarts"] == 0
+            assert rec["step"] == rec["max_steps"] == 30
+            assert rec["loss"] == truth[idx]["metrics"]["train/loss"]
+            assert rec["elapsed_s"] == pytest.approx(truth[idx]["elapsed_s"])
+
+
+def _png_size(path: Path) -> tuple:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_report_best_run_files_and_plots(sweep):
+    truth = metrics_of(sweep)
+    val = {i: m["metrics"]["val/loss"] for i, m in truth.items() if m["status"] == "completed"}
+    best = min(val, key=val.get)
+
+    proc = review(["report", str(sweep)], cwd=sweep.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "ranked by val/loss (min)" in out
+    assert f"best: #{best} lr={LRS[best]}" in out
+    assert "RuntimeError: LrBoom: this run fails on purpose" in out  # the failed run's error, in the report
+    result = json.loads((sweep / "results.json").read_text())
+    assert result["metric"] == "val/loss" and result["best"]["idx"] == best
+    assert result["best"]["value"] == val[best]
+    assert f"reproduce: {result['best']['command']}" in out
+    assert sorted(r["idx"] for r in result["runs"]) == [0, 1, 2, 3]
+    assert [r["idx"] for r in result["runs"]][:3] == sorted(val, key=val.get)  # ranked, failed run last
+
+    import csv
+
+    with open(sweep / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(int(r["idx"]) for r in rows) == [0, 1, 2, 3]
+    for r in rows:
+        assert r["lr"] == LRS[int(r["idx"])]
+        if r["state"] == "completed":
+            assert float(r["val/loss"]) == val[int(r["idx"])]
+        else:
+            assert r["state"] == "failed" and r["val/loss"] == "" and "LrBoom" in r["error"]
+
+    md = (sweep / "report.md").read_text()
+    assert result["best"]["command"] in md and "## Failed runs" in md and "LrBoom" in md
+    from matplotlib import image
+
+    for name in ("loss_curves.png", "metric_vs_lr.png"):
+        path = sweep / name
+        assert f"![{path.stem}]({name})" in md
+        width, height = _png_size(path)
+        assert 600 <= width <= 3000 and 400 <= height <= 2000, (name, width, height)
+        assert path.stat().st_size > 15_000, name  # drawn, not blank
+        pixels = image.imread(path)
+        assert pixels.shape[:2] == (height, width) and pixels[..., :3].std() > 0.05, name
+
+
+def test_report_metric_and_mode_options(sweep):
+    proc = review(["report", str(sweep), "--metric", "train/loss", "--mode", "max"], cwd=sweep.parent)
+    assert proc.returncode == 0, proc.stderr
+    truth = metrics_of(sweep)
+    losses = {i: m["metrics"]["train/loss"] for i, m in truth.items() if m["status"] == "completed"}
+    assert json.loads((sweep / "results.json").read_text())["best"]["idx"] == max(losses, key=losses.get)
+    bad = review(["report", str(sweep), "--metric", "val/acc"], cwd=sweep.parent)
+    assert bad.returncode == 2 and "'val/acc'" in bad.stderr and "available: " in bad.stderr and "val/loss" in bad.stderr
+    review(["report", str(sweep)], cwd=sweep.parent)  # leave the default report for the tests after
+
+
+def test_best_command_reproduces_the_best_run(sweep, tmp_path):
+    best = json.loads((sweep / "results.json").read_text())["best"]
+    words = shlex.split(best["command"])
+    if "&&" in words:
+        cwd, words = Path(words[1]), words[words.index("&&") + 1:]
+        assert cwd == sweep.parent  # where the sweep was started
+    assert words[:3] == ["python", "-m", "hpctrain"]
+    run_dir = tmp_path / "again"
+    run_hpctrain(words[3:] + [f"hydra.run.dir={run_dir}"], cwd=sweep.parent, env=env())
+    again = json.loads((run_dir / "metrics.json").read_text())
+    assert again["status"] == "completed"
+    assert again["metrics"]["val/loss"] == pytest.approx(best["value"], rel=1e-5)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get_json(url: str):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_tensorboard_serves_every_run_by_its_values(sweep):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "hpctrain", "tensorboard", str(sweep),
+                             "--port", str(port)], cwd=sweep.parent, env=hpctrain_env(env()),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    expected = {f"lr={lr}" for lr in LRS}
+    try:
+        deadline, runs = time.time() + 120, []
+        while time.time() < deadline and set(runs) != expected:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                runs = _get_json(f"{base}/data/runs")
+            except OSError:
+                pass
+            time.sleep(0.5)
+        assert set(runs) == expected
+        truth = metrics_of(sweep)
+        for idx, lr in enumerate(LRS[:3]):
+            query = urllib.parse.urlencode({"run": f"lr={lr}", "tag": "train/loss"})
+            points = _get_json(f"{base}/data/plugin/scalars/scalars?{query}")
+            assert [p[1] for p in points] == [10, 20, 30]  # (wall time, step, value), log_every=10
+            assert points[-1][2] == pytest.approx(truth[idx]["metrics"]["train/loss"], rel=1e-5, abs=1e-7)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert f"URL:        http://127.0.0.1:{port}/" in out
+    assert re.search(rf"ssh -N -L {port}:127\.0\.0\.1:{port} \S+@\S+", out)
+    with socket.socket() as s:  # TensorBoard stopped with the command: its port is free again
+        s.bind(("127.0.0.1", port))
+    assert not _imported(err, "torch")
+
+
+def _imported(importtime_stderr: str, package: str) -> list:
+    return [line for line in importtime_stderr.splitlines()
+            if re.search(rf"\|\s+{re.escape(package)}(\.|$)", line.rstrip())]
+
+
+def test_login_node_commands_never_import_torch(sweep):
+    for args in (["status"], ["report"], ["cancel"]):
+        proc = review(args + [str(sweep)], cwd=sweep.parent, extra_flags=("-X", "importtime"))
+        assert proc.returncode in (0, 1), proc.stderr[-2000:]
+        assert not _imported(proc.stderr, "torch"), args
+        if args == ["status"]:  # status stays light: no plotting, no TensorBoard
+            assert not _imported(proc.stderr, "matplotlib") and not _imported(proc.stderr, "tensorboard")
+
+
+def test_status_of_1000_runs_under_2_seconds(sweep, tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from status_1000 import build_sweep
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    big = build_sweep(sweep, tmp_path / "big", 1000)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        proc = review(["status", str(big)], cwd=tmp_path)
+        times.append(time.perf_counter() - t0)
+        assert proc.returncode == 1, proc.stderr  # one run in ten failed
+    rows = [line for line in proc.stdout.splitlines() if re.match(r"\s*\d+\s+lr=", line)]
+    assert len(rows) == 1000
+    assert proc.stdout.splitlines()[-1] == "1000 runs: 750 completed, 200 failed, 50 cancelled"
+    assert min(times) < 2.0, f"status on 1000 runs took {min(times):.2f} s (best of 3)"
+
+
+def _processes_mentioning(text: str) -> list:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmd:
+                found.append((int(entry.name), cmd))
+    return found
+
+
+def test_local_sweep_in_flight_status_and_cancel(tmp_path):
+    sweep_dir = tmp_path / "inflight"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "hpctrain", "-m", "lr=0.01,0.001,0.0001", "max_steps=1000000", "hydra/launcher=local",
+         "hydra.launcher.max_parallel=1", f"hydra.sweep.dir={sweep_dir}"],
+        cwd=tmp_path, env=hpctrain_env(env()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    try:
+        deadline, states = time.time() + 180, []
+        while time.time() < deadline:
+            if (sweep_dir / "multirun.yaml").exists():
+                proc = review(["status", str(sweep_dir), "--json"], cwd=tmp_path)
+                if proc.returncode == 0:
+                    runs = json.loads(proc.stdout)["runs"]
+                    states = [r["state"] for r in runs]
+                    if states == ["running", "pending", "pending"] and (runs[0]["step"] or 0) > 0:
+                        break
+            assert launcher.poll() is None, launcher.communicate()[0]
+            time.sleep(1)
+        assert states == ["running", "pending", "pending"]
+        table = review(["status", str(sweep_dir)], cwd=tmp_path)
+        assert "no manifest yet" in table.stdout and table.stdout.splitlines()[-1] == "3 runs: 2 pending, 1 running"
+
+        proc = review(["cancel", str(sweep_dir)], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.splitlines()[-1] == "3 runs: 3 cancelled"
+        launcher.wait(timeout=30)  # the launcher was stopped too: it starts no further run
+        after = review(["status", str(sweep_dir)], cwd=tmp_path)
+        assert after.returncode == 0 and after.stdout.splitlines()[-1] == "3 runs: 3 cancelled"
+        time.sleep(1)
+        assert not _processes_mentioning(str(sweep_dir)), "a process of the cancelled sweep is still running"
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)  # our own session only
+        for pid, _ in _processes_mentioning(str(sweep_dir)):
+            os.kill(pid, signal.SIGKILL)
