@@ -68,15 +68,18 @@ def fake_squeue(tmp_path, monkeypatch):
 
 
 RUNNING = {"status": "running", "step": 4, "max_steps": 10, "started": time.time() - 30, "metrics": {"train/loss": 1.5}}
-START = {"event": "start", "time": 1.0, "job_id": "100_0"}
+
+
+def start(idx: int, job: str = "100") -> dict:
+    return {"event": "start", "time": 1.0, "job_id": f"{job}_{idx}"}
 
 
 def test_states_from_queue_and_files(tmp_path, fake_squeue):
     fake_squeue(["100_0|RUNNING|None", "100_1|PENDING|Priority", "100_2|PENDING|BeginTime"])
     sweep = make_sweep(tmp_path / "s", {
-        0: {"metrics": RUNNING, "events": [START]},
+        0: {"metrics": RUNNING, "events": [start(0)]},
         1: {},  # queued, never started
-        2: {"metrics": {**RUNNING, "status": "requeued"}, "events": [START, START]},  # requeued, waiting again
+        2: {"metrics": {**RUNNING, "status": "requeued"}, "events": [start(2), start(2)]},  # requeued, waiting again
         3: {"metrics": {"status": "completed", "step": 10, "max_steps": 10, "elapsed_s": 12.0,
                         "metrics": {"train/loss": 0.1}}},
         4: {"metrics": {**RUNNING, "status": "failed", "error": "Traceback\nValueError: bad"}},
@@ -85,7 +88,7 @@ def test_states_from_queue_and_files(tmp_path, fake_squeue):
         6: {"metrics": RUNNING, "err": "slurmstepd: error: *** JOB 8 ON n1 CANCELLED AT 2024-01-01T00:00:00 ***\n"},
         7: {"metrics": RUNNING, "err": "submitit - Job not requeued because: timed-out too many times.\n"},
         8: {},  # left the queue without starting (scancel by hand, no accounting)
-        9: {"metrics": RUNNING, "events": [START], "err": ""},  # vanished mid-run, no result, no marker
+        9: {"metrics": RUNNING, "events": [start(9)], "err": ""},  # vanished mid-run, no result, no marker
     })
     snap = collect(load_sweep(sweep))
     got = {r.idx: r.state for r in snap.runs}
@@ -101,6 +104,23 @@ def test_states_from_queue_and_files(tmp_path, fake_squeue):
     assert "without a result" in by_idx[9].note
     assert snap.counts() == {"pending": 1, "running": 1, "requeued": 1, "completed": 1, "failed": 2, "timeout": 2,
                              "cancelled": 2}
+
+
+def test_rerun_of_a_failed_run_is_judged_by_its_new_job(tmp_path, fake_squeue):
+    """A failed run submitted again: its old metrics.json and events belong to the old job."""
+    old = [start(0, "90"), {"event": "failed", "job_id": "90_0", "error": "x"}, {"event": "retry"},
+           start(0, "90"), {"event": "failed", "job_id": "90_0", "error": "RuntimeError: old"},
+           {"event": "submitted", "job_id": "100_0"}]
+    failed = {**RUNNING, "status": "failed", "error": "RuntimeError: old"}
+    sweep = make_sweep(tmp_path / "s", {0: {"metrics": failed, "events": old}})
+    fake_squeue(["100_0|PENDING|Priority"])
+    snap = collect(load_sweep(sweep))
+    assert snap.runs[0].state == "pending" and snap.runs[0].restarts == 0
+    fake_squeue([])  # cancelled by hand before it started
+    assert states(sweep) == {0: "cancelled"}
+    fake_squeue(["100_0|RUNNING|None"])
+    (sweep / ".hpctrain" / "events" / "0.jsonl").open("a").write(json.dumps(start(0)) + "\n")
+    assert states(sweep) == {0: "running"}
 
 
 def test_cancel_record_and_result_pickle_and_sacct(tmp_path, fake_squeue, monkeypatch):
@@ -120,7 +140,7 @@ def test_cancel_record_and_result_pickle_and_sacct(tmp_path, fake_squeue, monkey
 
 def test_unknown_queue_trusts_files_and_warns(tmp_path, fake_squeue):
     fake_squeue(fail="slurm_load_jobs error: Unable to contact slurm controller")
-    sweep = make_sweep(tmp_path / "s", {0: {"metrics": RUNNING, "events": [START]}, 1: {}})
+    sweep = make_sweep(tmp_path / "s", {0: {"metrics": RUNNING, "events": [start(0)]}, 1: {}})
     snap = collect(load_sweep(sweep))
     assert [r.state for r in snap.runs] == ["running", "pending"]
     assert snap.warnings and "squeue" in snap.warnings[0]

@@ -92,26 +92,28 @@ class _Judge:
             self._launcher_alive = bool(pid) and jobs.pid_alive(pid, "python")
         return self._launcher_alive
 
-    def state(self, spec: RunSpec, metrics: Dict[str, Any], events: List[Dict]) -> Tuple[str, str]:
+    def state(self, spec: RunSpec, metrics: Dict[str, Any], att: "Attempts") -> Tuple[str, str]:
         status = metrics.get("status")
         if status == runfiles.COMPLETED:
             return "completed", ""
         job_id = spec.job_id
+        if job_id and att.any_events and att.starts == 0:
+            status = None  # the current job never started: metrics.json is from an earlier submission
         if job_id and job_id in self.cancelled:
             return "cancelled", "cancelled with hpctrain cancel"
-        if events and events[-1].get("event") == "failed" and str(events[-1].get("job_id")) == str(job_id):
+        if att.final_failure:
             return "failed", ""  # out of retries: the job may still be finishing in the queue
-        again = sum(e.get("event") == "start" for e in events) > 1 or status in (runfiles.REQUEUED, runfiles.RETRYING)
+        waiting_again = status in (runfiles.REQUEUED, runfiles.RETRYING)
         if job_id and self.queue is not None and job_id in self.queue:
             q_state, reason = self.queue[job_id]
             if q_state in queue.PENDING_STATES:
-                return ("requeued" if again or status else "pending"), reason
-            return ("requeued" if status in (runfiles.REQUEUED, runfiles.RETRYING) else "running"), ""
+                return ("requeued" if att.starts or waiting_again else "pending"), reason
+            return ("requeued" if waiting_again else "running"), ""
         if job_id and self.sweep.launcher == "local" and jobs.pid_alive(job_id):
-            return ("requeued" if status in (runfiles.REQUEUED, runfiles.RETRYING) else "running"), ""
-        return self._ended(spec, status, events)
+            return ("requeued" if waiting_again else "running"), ""
+        return self._ended(spec, status, att)
 
-    def _ended(self, spec: RunSpec, status: Optional[str], events: List[Dict]) -> Tuple[str, str]:
+    def _ended(self, spec: RunSpec, status: Optional[str], att: "Attempts") -> Tuple[str, str]:
         """Not in the queue (or the queue is unknown): the run ended, never started, or is not yet known."""
         folder, job_id = self.sweep.submitit_folder, spec.job_id
         if status == runfiles.FAILED:
@@ -126,9 +128,7 @@ class _Judge:
             outcome = jobs.result_outcome(folder, job_id)
             if outcome:
                 return ("completed" if outcome == "success" else "failed"), "from submitit's result"
-        if events and events[-1].get("event") == "failed" and status != runfiles.RUNNING:
-            return "failed", ""
-        started = bool(status) or any(e.get("event") == "start" for e in events)
+        started = bool(status) or att.starts > 0
         if self.sweep.launcher == "slurm" and self.queue is None:
             return ("running" if started else "pending"), "queue unknown: from the run's files"
         if not started:
@@ -138,6 +138,25 @@ class _Judge:
                 return "cancelled", "never started; the sweep's launcher is gone"
             return "cancelled", "left the queue without starting"
         return "failed", "ended without a result (killed, out of memory or node failure?): see its log"
+
+
+@dataclass
+class Attempts:
+    """What the run's events say about its current job (rerunning a sweep submits a new job per run)."""
+
+    starts: int  # attempts of the current job that started: restarts = starts - 1
+    final_failure: bool  # the last attempt failed and no retry follows
+    any_events: bool
+
+
+def attempts(events: List[Dict], job_id: Optional[str]) -> Attempts:
+    def mine(e: Dict) -> bool:
+        return job_id is None or str(e.get("job_id")) == job_id
+
+    starts = sum(e.get("event") == "start" and mine(e) for e in events)
+    last = [e for e in events if e.get("event") != "submitted"]  # the launcher's note, written after submitting
+    final = bool(last) and last[-1].get("event") == "failed" and mine(last[-1])
+    return Attempts(starts=starts, final_failure=final, any_events=bool(events))
 
 
 def collect(sweep: Sweep) -> Snapshot:
@@ -150,13 +169,14 @@ def collect(sweep: Sweep) -> Snapshot:
         metrics = jobs.read_json(os.path.join(spec.run_dir, runfiles.METRICS)) if spec.run_dir else None
         metrics = metrics or {}
         events = jobs.read_events(sweep_dir, spec.idx)
-        state, note = judge.state(spec, metrics, events)
-        records.append(_record(sweep, spec, metrics, events, state, note, now))
+        att = attempts(events, spec.job_id)
+        state, note = judge.state(spec, metrics, att)
+        records.append(_record(sweep, spec, metrics, events, att, state, note, now))
     return Snapshot(sweep=sweep, runs=records, warnings=judge.warnings, taken=now)
 
 
-def _record(sweep: Sweep, spec: RunSpec, metrics: Dict[str, Any], events: List[Dict], state: str, note: str,
-            now: float) -> RunRecord:
+def _record(sweep: Sweep, spec: RunSpec, metrics: Dict[str, Any], events: List[Dict], att: Attempts, state: str,
+            note: str, now: float) -> RunRecord:
     values = metrics.get("metrics") or {}
     loss = values.get("train/loss")
     rec = RunRecord(
@@ -165,7 +185,7 @@ def _record(sweep: Sweep, spec: RunSpec, metrics: Dict[str, Any], events: List[D
         step=metrics.get("step"), max_steps=metrics.get("max_steps") or spec.max_steps,
         loss=float(loss) if isinstance(loss, (int, float)) else None,
         elapsed_s=_elapsed(metrics, state, now),
-        restarts=max(0, sum(e.get("event") == "start" for e in events) - 1),
+        restarts=max(0, att.starts - 1),
         metrics=dict(values),
     )
     if spec.job_id:
