@@ -3,6 +3,8 @@
 import contextlib
 import logging
 import math
+import os
+import socket
 import time
 import traceback
 from pathlib import Path
@@ -251,7 +253,7 @@ class Trainer:
         self.guard.install()
         started = time.time()
         self.logger.progress(status=runfiles.RUNNING, step=self.step, max_steps=cfg.max_steps, started=started,
-                             error=None, world_size=self.info.world_size)
+                             error=None, world_size=self.info.world_size, host=socket.gethostname(), pid=os.getpid())
         batches = self.batches()
         loss_acc, interval = torch.zeros((), device=self.device), 0
         last: Dict[str, float] = {}

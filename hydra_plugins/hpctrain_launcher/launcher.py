@@ -37,6 +37,7 @@ class BaseLauncher(Launcher):
         self.params: DictConfig = OmegaConf.create(params)
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
+        self.base = Path(".hpctrain", "submission-0")  # this launch's files, set in launch()
         self.hydra_context: Optional[HydraContext] = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -88,6 +89,7 @@ class BaseLauncher(Launcher):
         for r in done:
             print(f"  skip {r.name}: already completed")
         python = self.python_command(sweep_dir)
+        self.base = self.submission_base(sweep_dir)
         if self.params.dry_run:
             print(self.dry_run_text(todo, python, sweep_dir))
             print(f"runs ({len(todo)} to submit, {len(done)} already completed):")
@@ -101,8 +103,9 @@ class BaseLauncher(Launcher):
 
         from .job import SweepJob, save_payload
 
-        payload = sweep_dir / ".hpctrain" / f"launch-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.pkl"
+        payload = self.base.with_suffix(".pkl")
         save_payload(payload, self.hydra_context, self.task_function, self.config)
+        runfiles.write_json_atomic(payload.with_suffix(".runs.json"), [str(r.run_dir) for r in todo])
         job = SweepJob(str(payload), str(sweep_dir), int(self.params.max_retries))
         jobs = self.submit(todo, job, python, sweep_dir)
         self.write_manifest(sweep_dir, todo, jobs)
@@ -138,6 +141,12 @@ class BaseLauncher(Launcher):
         binds = default_binds(sweep_dir, Path.cwd()) + list(c.binds)
         return container_command(str(Path(c.image).absolute()), c.runtime, self.gpus_per_node() > 0, binds,
                                  list(c.args), c.python)
+
+    @staticmethod
+    def submission_base(sweep_dir: Path) -> Path:
+        """``<sweep>/.hpctrain/submission-N``: this launch's payload (.pkl) and run list (.runs.json)."""
+        n = len(list((sweep_dir / ".hpctrain").glob("submission-*.pkl")))
+        return sweep_dir / ".hpctrain" / f"submission-{n}"
 
     def setup_lines(self) -> List[str]:
         lines = [f"export {name}={shlex.quote(str(value))}" for name, value in self.params.env.items()]

@@ -13,6 +13,7 @@ from typing import Any, List
 
 from hydra.core.utils import JobReturn, JobStatus
 
+from .ended import mark_ended
 from .launcher import BaseLauncher, LaunchError, Run, summary_lines
 
 
@@ -72,6 +73,7 @@ class LocalLauncher(BaseLauncher):
               f"{self.tasks_per_node()} rank(s) each; sweep dir {sweep_dir}")
         free = [list(range(s * per_run, (s + 1) * per_run)) for s in range(parallel)]
         pending, running, jobs = list(runs), {}, {}
+        by_idx = {r.idx: r for r in runs}
         while pending or running:
             while pending and free:
                 run, gpus = pending.pop(0), free.pop(0)
@@ -83,9 +85,16 @@ class LocalLauncher(BaseLauncher):
                 if submitted.done():
                     del running[idx]
                     free.append(gpus)
-                    print(f"  ended   #{idx} ({submitted.state.lower()})", flush=True)
+                    self._ended(by_idx[idx], submitted)
             time.sleep(0.2)
         return [jobs[r.idx] for r in runs]
+
+    @staticmethod
+    def _ended(run: Run, job: Any) -> None:
+        code = job._process.poll() if job._process is not None else None
+        if not job.paths.result_pickle.exists():
+            mark_ended(run.run_dir, code if code is not None else -1, str(job.paths.stderr))
+        print(f"  ended   #{run.idx} (exit code {code})", flush=True)
 
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         returns = []

@@ -49,7 +49,7 @@ class SlurmLauncher(BaseLauncher):
     def world_size(self) -> int:
         return int(self.params.nodes) * self.tasks_per_node()
 
-    def sbatch_parameters(self) -> Dict[str, Any]:
+    def sbatch_parameters(self, python: str, sweep_dir: Path) -> Dict[str, Any]:
         from submitit.slurm.slurm import _convert_mem
 
         values = {k: self.params[k] for k in SBATCH_NAMES if k in self.params}
@@ -62,7 +62,17 @@ class SlurmLauncher(BaseLauncher):
             out["mem"] = _convert_mem(float(out["mem"]))
         out["additional_parameters"] = dict(out.get("additional_parameters") or {})
         out["srun_args"] = list(out.get("srun_args") or [])
+        out["teardown"] = self.teardown_lines(python, sweep_dir)
         return out
+
+    def teardown_lines(self, python: str, sweep_dir: Path) -> List[str]:
+        """After srun: a run whose tasks died without a word (killed, OOM) is marked failed."""
+        runs_file = self.base.with_suffix(".runs.json")
+        return [
+            "hpctrain_rc=$?",  # srun's exit status: must be the first line after the srun line
+            f"{python} -m hydra_plugins.hpctrain_launcher.ended {shlex.quote(str(runs_file))} "
+            '"${SLURM_ARRAY_TASK_ID:-0}" "$hpctrain_rc" || true',
+        ]
 
     def submit(self, runs: List[Run], job: Any, python: str, sweep_dir: Path) -> List[Any]:
         import submitit
@@ -70,7 +80,7 @@ class SlurmLauncher(BaseLauncher):
         executor = submitit.SlurmExecutor(
             folder=str(self.params.submitit_folder), max_num_timeout=int(self.params.max_num_timeout), python=python
         )
-        executor.update_parameters(**self.sbatch_parameters())
+        executor.update_parameters(**self.sbatch_parameters(python, sweep_dir))
         return executor.map_array(job, [r.idx for r in runs], [r.overrides for r in runs])
 
     def dry_run_text(self, runs: List[Run], python: str, sweep_dir: Path) -> str:
@@ -79,7 +89,7 @@ class SlurmLauncher(BaseLauncher):
         # absolute, as submitit makes it (Path(folder).absolute()): the text is what sbatch would get
         folder = str(Path(str(self.params.submitit_folder)).expanduser().absolute())
         command = " ".join([python, "-u -m submitit.core._submit", shlex.quote(folder)])
-        params = self.sbatch_parameters()
+        params = self.sbatch_parameters(python, sweep_dir)
         if len(runs) > 1:
             params["map_count"] = len(runs)
         return _make_sbatch_string(command=command, folder=folder, **params)

@@ -1,0 +1,42 @@
+"""A run that dies leaves metrics.json with status failed and the error; the sweep goes on."""
+
+import os
+import signal
+
+import pytest
+
+from conftest import run_hpctrain
+from slurm_helpers import cancel, job_id, metrics, queued, run_dirs, wait_for
+
+
+@pytest.mark.usefixtures("slurm_cluster")
+def test_killed_task_is_recorded_failed_and_sibling_completes(tmp_path):
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "max_steps=100000,60", "log_every=20", "hydra/launcher=slurm", "hydra.launcher.max_retries=0",
+                  f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=60)
+    job = job_id(sweep)
+    try:
+        victim, sibling = sweep / "0_max_steps=100000", sweep / "1_max_steps=60"
+        wait_for(lambda: metrics(victim).get("step", 0) >= 20, 120, "the run to be under way")
+        # SIGKILL to the training process (as the OOM killer would): no Python handler can run
+        os.kill(metrics(victim)["pid"], signal.SIGKILL)
+        wait_for(lambda: metrics(victim).get("status") == "failed", 60, "the killed run to be marked failed")
+        assert "ended with exit code" in metrics(victim)["error"]
+        wait_for(lambda: metrics(sibling).get("status") == "completed", 120, "the sibling to complete")
+        wait_for(lambda: not queued(job), 30, "the array to leave the queue")
+    finally:
+        cancel(job)
+
+
+def test_exception_is_recorded_with_its_traceback_on_local(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_hpctrain(["-m", "model._target_=user_models.Boom,user_models.TinyNet", "max_steps=10",
+                         "hydra/launcher=local", "hydra.launcher.max_retries=0", f"hydra.sweep.dir={sweep}"],
+                        cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    boom, fine = run_dirs(sweep)
+    record = metrics(boom)
+    assert record["status"] == "failed"
+    assert "RuntimeError: Boom: this model always fails" in record["error"]
+    assert "Traceback" in record["error"] or "line" in record["error"]
+    assert metrics(fine)["status"] == "completed"
