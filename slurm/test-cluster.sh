@@ -152,6 +152,8 @@ CredType=cred/munge
 AuthInfo=cred_expire=5
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=1
+# a cancelled job step gets SIGKILL 5 s after SIGTERM (default 30 s): nodes leave COMPLETING sooner
+KillWait=5
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres

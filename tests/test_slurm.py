@@ -111,3 +111,25 @@ def test_crash_is_retried_and_always_failing_run_ends_failed(tmp_path):
     assert events == ["submitted", "start", "failed", "retry", "start"]
     events = [json.loads(line)["event"] for line in (sweep / ".hpctrain/events/1.jsonl").read_text().splitlines()]
     assert events == ["submitted", "start", "failed", "retry", "start", "failed"]
+
+
+def test_time_limit_checkpoints_requeues_and_resumes(tmp_path):
+    """USR2 `signal_delay_s` before the time limit: checkpoint, requeue, resume at the same step."""
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "max_steps=1000000", "log_every=20", "eval_every=0", "ckpt_every=0", "hydra/launcher=slurm",
+                  "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=45",
+                  "hydra.launcher.max_num_timeout=2", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=60)
+    job = job_id(sweep)
+    try:
+        wait_for(lambda: len(run_dirs(sweep)) == 1, 60, "the run to start")
+        (run_dir,) = run_dirs(sweep)
+        events = sweep / ".hpctrain" / "events" / "0.jsonl"
+        wait_for(lambda: events.exists() and events.read_text().count('"start"') >= 2, 120, "the requeued attempt")
+        stopped_at = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["step"]
+        assert stopped_at > 0
+        wait_for(lambda: "resumed from" in (run_dir / "hpctrain.log").read_text(), 60, "the resume")
+        assert f"at step {stopped_at}" in (run_dir / "hpctrain.log").read_text()
+        logs = "".join(p.read_text() for p in (sweep / ".submitit").glob("*_log.*"))
+        assert "this job is timed-out" in logs and "remaining timeouts" in logs
+    finally:
+        cancel(job)
