@@ -27,9 +27,13 @@ PEAK_FLOPS = {
 def peak_flops(device: torch.device) -> Optional[float]:
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
+    return peak_flops_for(torch.cuda.get_device_name(device))
+
+
+def peak_flops_for(device_name: str) -> Optional[float]:
+    """``"NVIDIA H100 80GB HBM3"`` -> 989e12; None for a device not in the table (no MFU then)."""
     for key, value in PEAK_FLOPS.items():
-        if key in name:
+        if key in device_name:
             return value
     return None
 
