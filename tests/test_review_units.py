@@ -89,11 +89,13 @@ def test_states_from_queue_and_files(tmp_path, fake_squeue):
         7: {"metrics": RUNNING, "err": "submitit - Job not requeued because: timed-out too many times.\n"},
         8: {},  # left the queue without starting (scancel by hand, no accounting)
         9: {"metrics": RUNNING, "events": [start(9)], "err": ""},  # vanished mid-run, no result, no marker
+        10: {"metrics": {**RUNNING, "status": "failed",  # the app saw submitit give up at the time limit
+                         "error": "UncompletedJobError: Job not requeued because: timed-out too many times."}},
     })
     snap = collect(load_sweep(sweep))
     got = {r.idx: r.state for r in snap.runs}
     assert got == {0: "running", 1: "pending", 2: "requeued", 3: "completed", 4: "failed", 5: "timeout",
-                   6: "cancelled", 7: "timeout", 8: "cancelled", 9: "failed"}
+                   6: "cancelled", 7: "timeout", 8: "cancelled", 9: "failed", 10: "timeout"}
     by_idx = {r.idx: r for r in snap.runs}
     assert by_idx[1].note == "Priority" and by_idx[1].step is None
     assert by_idx[2].restarts == 1
@@ -102,7 +104,7 @@ def test_states_from_queue_and_files(tmp_path, fake_squeue):
     assert by_idx[4].error.endswith("ValueError: bad")
     assert by_idx[5].log.endswith("100_5_0_log.err")  # the log that says why
     assert "without a result" in by_idx[9].note
-    assert snap.counts() == {"pending": 1, "running": 1, "requeued": 1, "completed": 1, "failed": 2, "timeout": 2,
+    assert snap.counts() == {"pending": 1, "running": 1, "requeued": 1, "completed": 1, "failed": 2, "timeout": 3,
                              "cancelled": 2}
 
 

@@ -30,6 +30,10 @@ def unicode_ok(con: Any) -> bool:
     return "utf" in (getattr(con, "encoding", "") or "").lower()
 
 
+def runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
 def duration(seconds: Optional[float]) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "-"

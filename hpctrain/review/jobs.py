@@ -22,6 +22,10 @@ _MARKERS = [
 ]
 
 
+def is_timeout(text: str) -> bool:
+    return bool(_MARKERS[0][1].search(text or ""))
+
+
 def log_path(folder: Path, job_id: str, stream: str = "out") -> str:
     """submitit's log of rank 0: ``<folder>/<job_id>_0_log.out`` (``<array>_<task>_0_log.out`` for arrays)."""
     return os.path.join(folder, f"{job_id}_0_log.{stream}")  # a plain string: status builds thousands

@@ -98,7 +98,7 @@ def metric_vs_param(param: str, points: List[Tuple[str, float, int]], metric: st
     ax.set_xlabel(param)
     ax.set_ylabel(metric)
     note = f", {missing} without a value" if missing else ""
-    ax.set_title(f"{metric} vs {param} ({len(points)} runs{note})")
+    ax.set_title(f"{metric} vs {param} ({len(points)} run{'s' if len(points) != 1 else ''}{note})")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small", loc="best")
     return _save(fig, plt, path)

@@ -86,7 +86,7 @@ def markdown(ranking: Ranking, sweep_dir: Path, swept: List[str], counts: Dict[s
              plots: List[Path]) -> str:
     m = ranking.metric
     lines = [f"# Sweep report: `{sweep_dir}`", "",
-             f"{sum(counts.values())} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".  ",
+             f"{fmt.runs(sum(counts.values()))}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".  ",
              f"Ranked by the final `{m}` ({'lower' if ranking.mode == 'min' else 'higher'} is better).", ""]
     best = ranking.best
     if best is not None:

@@ -102,7 +102,7 @@ class _Judge:
         if job_id and job_id in self.cancelled:
             return "cancelled", "cancelled with hpctrain cancel"
         if att.final_failure:
-            return "failed", ""  # out of retries: the job may still be finishing in the queue
+            return self._failed(spec, metrics, att)  # out of retries: the job may still be finishing in the queue
         waiting_again = status in (runfiles.REQUEUED, runfiles.RETRYING)
         if job_id and self.queue is not None and job_id in self.queue:
             q_state, reason = self.queue[job_id]
@@ -111,13 +111,21 @@ class _Judge:
             return ("requeued" if waiting_again else "running"), ""
         if job_id and self.sweep.launcher == "local" and jobs.pid_alive(job_id):
             return ("requeued" if waiting_again else "running"), ""
-        return self._ended(spec, status, att)
+        return self._ended(spec, status, metrics, att)
 
-    def _ended(self, spec: RunSpec, status: Optional[str], att: "Attempts") -> Tuple[str, str]:
+    def _failed(self, spec: RunSpec, metrics: Dict[str, Any], att: "Attempts") -> Tuple[str, str]:
+        """A failure caused by the time limit (submitit gave up requeuing, or Slurm killed it) is a timeout."""
+        error = f"{metrics.get('error') or ''}\n{att.last_error or ''}"
+        if jobs.is_timeout(error) or (spec.job_id and jobs.log_marker(self.sweep.submitit_folder, spec.job_id) == "timeout"):
+            return "timeout", "hit its time limit"
+        return "failed", ""
+
+    def _ended(self, spec: RunSpec, status: Optional[str], metrics: Dict[str, Any], att: "Attempts"
+               ) -> Tuple[str, str]:
         """Not in the queue (or the queue is unknown): the run ended, never started, or is not yet known."""
         folder, job_id = self.sweep.submitit_folder, spec.job_id
         if status == runfiles.FAILED:
-            return "failed", ""
+            return self._failed(spec, metrics, att)
         if job_id:
             marker = jobs.log_marker(folder, job_id)
             if marker:
@@ -147,6 +155,7 @@ class Attempts:
     starts: int  # attempts of the current job that started: restarts = starts - 1
     final_failure: bool  # the last attempt failed and no retry follows
     any_events: bool
+    last_error: Optional[str] = None  # of the current job's last failure
 
 
 def attempts(events: List[Dict], job_id: Optional[str]) -> Attempts:
@@ -156,7 +165,9 @@ def attempts(events: List[Dict], job_id: Optional[str]) -> Attempts:
     starts = sum(e.get("event") == "start" and mine(e) for e in events)
     last = [e for e in events if e.get("event") != "submitted"]  # the launcher's note, written after submitting
     final = bool(last) and last[-1].get("event") == "failed" and mine(last[-1])
-    return Attempts(starts=starts, final_failure=final, any_events=bool(events))
+    errors = [e.get("error") for e in events if e.get("event") == "failed" and mine(e) and e.get("error")]
+    return Attempts(starts=starts, final_failure=final, any_events=bool(events),
+                    last_error=str(errors[-1]) if errors else None)
 
 
 def collect(sweep: Sweep) -> Snapshot:

@@ -33,12 +33,12 @@ def print_table(snap: Snapshot, con: Any) -> None:
 def counts_line(snap: Snapshot) -> str:
     counts = snap.counts()
     parts = [f"[{fmt.STATE_STYLE[s]}]{counts[s]} {s}[/]" for s in STATES if s in counts]
-    return f"{len(snap.runs)} runs: " + ", ".join(parts)
+    return f"{fmt.runs(len(snap.runs))}: " + ", ".join(parts)
 
 
 def render(snap: Snapshot, con: Any) -> None:
     sweep = snap.sweep
-    con.print(f"[bold]sweep[/] {sweep.dir}  ({sweep.launcher}, {len(sweep.runs)} runs"
+    con.print(f"[bold]sweep[/] {sweep.dir}  ({sweep.launcher}, {fmt.runs(len(sweep.runs))}"
               f"{', no manifest yet' if not sweep.has_manifest else ''})", soft_wrap=True)
     print_table(snap, con)
     notes = []
