@@ -74,11 +74,8 @@ def short_path(path: Optional[str]) -> str:
     """Relative to the current directory when under it (shorter to read and still copy-pasteable)."""
     if not path:
         return "-"
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else str(Path(path))
+    here = os.getcwd() + os.sep
+    return path[len(here):] if path.startswith(here) else path
 
 
 def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = (),
@@ -90,7 +87,7 @@ def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right
     whole table goes out as one rich Text. On a terminal the last column (a path) is shortened from the
     left to keep each row on one line.
     """
-    from rich.text import Text
+    from rich.text import Span, Text
 
     widths = [len(h) for h in headers]
     for row in rows:
@@ -110,17 +107,32 @@ def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right
                 out.append(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]))
         return out
 
-    text = Text(no_wrap=True, overflow="ignore", end="")
-    text.append("  ".join(cells(headers)).rstrip() + "\n", style="bold")
-    rule = "─" if unicode_ok(con) else "-"
-    text.append(rule * min(sum(widths) + 2 * last, con.width if con.is_terminal else 10**6) + "\n", style="dim")
+    rule = ("─" if unicode_ok(con) else "-") * min(sum(widths) + 2 * last, con.width if con.is_terminal else 10**6)
+    if not con.is_terminal or con.no_color:  # piped: plain lines, nothing for rich to do
+        lines = ["  ".join(cells(headers)).rstrip(), rule] + ["  ".join(cells(row)).rstrip() for row in rows]
+        con.file.write("\n".join(lines) + "\n")
+        con.file.flush()
+        return
+    # a terminal: one Text with a span per styled cell (far cheaper than a Text.append per cell)
+    parts: List[str] = []
+    spans: List[Span] = []
+    pos = 0
+
+    def add(piece: str, style: Optional[str] = None) -> None:
+        nonlocal pos
+        if style:
+            spans.append(Span(pos, pos + len(piece), style))
+        parts.append(piece)
+        pos += len(piece)
+
+    add("  ".join(cells(headers)).rstrip() + "\n", "bold")
+    add(rule + "\n", "dim")
     for n, row in enumerate(rows):
         row_style = row_styles[n] if row_styles else None
         for i, cell in enumerate(cells(row)):
             if i:
-                text.append("  ")
-            style = (styles[n][i] if styles else None) or row_style
-            text.append(cell.rstrip() if i == last else cell, style=style)
-        text.append("\n")
-    text.rstrip()
+                add("  ")
+            add(cell.rstrip() if i == last else cell, (styles[n][i] if styles else None) or row_style)
+        add("\n")
+    text = Text("".join(parts).rstrip("\n"), spans=spans, no_wrap=True, overflow="ignore")
     con.print(text, soft_wrap=True, crop=False)
