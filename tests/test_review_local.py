@@ -268,10 +268,16 @@ def test_local_sweep_in_flight_status_and_cancel(tmp_path):
         table = review(["status", str(sweep_dir)], cwd=tmp_path)
         assert "no manifest yet" in table.stdout and table.stdout.splitlines()[-1] == "3 runs: 2 pending, 1 running"
 
+        watcher = subprocess.Popen([sys.executable, "-m", "hpctrain", "status", str(sweep_dir), "--watch",
+                                    "--interval", "1"], cwd=tmp_path, env=hpctrain_env(env()),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         proc = review(["cancel", str(sweep_dir)], cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert proc.stdout.splitlines()[-1] == "3 runs: 3 cancelled"
         launcher.wait(timeout=30)  # the launcher was stopped too: it starts no further run
+        watched, _ = watcher.communicate(timeout=60)  # --watch ends by itself once no run is active
+        assert watcher.returncode == 0 and watched.count("refreshing every 1s") >= 2
+        assert watched.splitlines()[-1] == "3 runs: 3 cancelled"
         after = review(["status", str(sweep_dir)], cwd=tmp_path)
         assert after.returncode == 0 and after.stdout.splitlines()[-1] == "3 runs: 3 cancelled"
         time.sleep(1)

@@ -33,7 +33,22 @@ def test_single_run_in_process(tmp_path):
     assert record["status"] == "completed" and record["step"] == 20
 
 
-def test_default_launcher_says_which(tmp_path):
-    proc = run_hpctrain(["-m", "max_steps=1", "hydra.launcher.dry_run=true", f"hydra.sweep.dir={tmp_path / 's'}"],
-                        cwd=tmp_path)
-    assert "hpctrain: launcher " in proc.stderr
+def test_default_launcher_is_slurm_with_sbatch_else_local(tmp_path):
+    args = ["-m", "max_steps=1", "hydra.launcher.dry_run=true", f"hydra.sweep.dir={tmp_path / 's'}"]
+    no_slurm = tmp_path / "bin"
+    no_slurm.mkdir()
+    proc = run_hpctrain(args, cwd=tmp_path, env={"PATH": str(no_slurm)})
+    assert "hpctrain: launcher local (no sbatch on PATH" in proc.stderr
+    (no_slurm / "sbatch").symlink_to("/bin/true")
+    proc = run_hpctrain(args, cwd=tmp_path, env={"PATH": f"{no_slurm}:/usr/bin:/bin"})
+    assert "hpctrain: launcher slurm (sbatch found on PATH" in proc.stderr
+    assert "#SBATCH" in proc.stdout  # the Slurm launcher's dry run prints the script
+
+
+def test_local_runs_in_parallel_up_to_max_parallel(tmp_path):
+    proc = run_hpctrain(["-m", "seed=0,1,2", "max_steps=60", "hydra/launcher=local", "hydra.launcher.max_parallel=2",
+                         f"hydra.sweep.dir={tmp_path / 's'}"], cwd=tmp_path)
+    events = [line.split()[0] for line in proc.stdout.splitlines() if line.strip().startswith(("started", "ended"))]
+    assert events[:3] == ["started", "started", "ended"]  # two at once, the third waits for a free slot
+    assert events.count("started") == 3 and "2 run(s) on this machine" not in proc.stdout
+    assert "3 run(s) on this machine, 2 at a time" in proc.stdout

@@ -83,3 +83,12 @@ def test_resume_after_kill_is_bit_exact(tmp_path):
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
     assert "resumed from" in (broken / "hpctrain.log").read_text()
+
+
+def test_compile_trains_and_saves_the_uncompiled_module(tmp_path):
+    trainer = _train(tmp_path, "compiled", ["max_steps=8", "compile=true", "eval_every=0", "log_every=4"])
+    assert trainer.model is not trainer.raw_model  # the compiled wrapper
+    state = torch.load(tmp_path / "compiled" / "checkpoints" / "last.pt", weights_only=False)
+    assert state["step"] == 8
+    assert set(state["model"]) == set(trainer.raw_model.state_dict())
+    assert not any("_orig_mod" in k for k in state["model"])
