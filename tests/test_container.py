@@ -145,6 +145,12 @@ def _calls(tmp_path: Path) -> List[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
+def _split(calls: List[dict]):
+    """(the srun tasks' calls, the other calls, e.g. the job script's teardown step)."""
+    tasks = [c for c in calls if "submitit.core._submit" in c["argv"]]
+    return tasks, [c for c in calls if c not in tasks]
+
+
 def _binds(argv: List[str]) -> List[str]:
     return [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
 
@@ -182,17 +188,23 @@ def test_sweep_runs_every_task_through_apptainer_exec_with_binds_intact(slurm_cl
         record = json.loads((run_dir / "metrics.json").read_text())
         assert record["status"] == "completed" and record["step"] == 20, (run_dir, record, proc.stdout)
     calls = _calls(tmp_path)
-    assert len(calls) == 2, calls  # one task per array element, no GPUs
-    assert sorted(c["env"]["SLURM_ARRAY_TASK_ID"] for c in calls) == ["0", "1"]
-    for call in calls:
+    tasks, others = _split(calls)
+    assert len(tasks) == 2, calls  # one task per array element, no GPUs
+    assert sorted(c["env"]["SLURM_ARRAY_TASK_ID"] for c in tasks) == ["0", "1"]
+    for call in calls:  # the tasks, and any other step of the job script run in the image (teardown)
         argv = call["argv"]
         assert argv[0] == "exec"
         assert "--nv" not in argv, "no GPUs asked for: no --nv"
         # every odd path arrived as ONE argument, unchanged
         assert _binds(argv) == [str(sweep), str(project), str(extra)]
-        i = argv.index(str(image))
-        assert argv[i + 1:] == ["python", "-u", "-m", "submitit.core._submit", str(sweep / ".submitit")]
+        assert argv[argv.index(str(image)) + 1] == "python"
         assert call["cwd"] == str(project)
+        # any other path argument (the teardown's runs file) is whole too, not split at the space
+        assert all(a.startswith((str(project), str(extra))) for a in argv if a.startswith(str(tmp_path))), argv
+    for call in tasks:
+        argv = call["argv"]
+        assert argv[argv.index(str(image)) + 1:] == ["python", "-u", "-m", "submitit.core._submit",
+                                                     str(sweep / ".submitit")]
     assert not list(tmp_path.rglob("pwned")), "a path was run as shell code"
 
     # the dry run printed exactly the script that was submitted
@@ -208,12 +220,13 @@ def test_gpu_sweep_passes_nv(slurm_cluster, tmp_path, fake_bin):
     run_hpctrain(["-m", "lr=1e-3", "max_steps=20", "hydra/launcher=slurm", "hydra.launcher.wait=true",
                   "hydra.launcher.gpus_per_node=1", f"hydra.launcher.container.image={image}",
                   f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=_env(tmp_path, fake_bin), timeout=120)
-    calls = _calls(tmp_path)
-    assert len(calls) == 1, calls
-    argv = calls[0]["argv"]
-    assert argv[:2] == ["exec", "--nv"]
-    assert _binds(argv) == [str(sweep), str(tmp_path)] and str(image) in argv
-    assert calls[0]["env"].get("CUDA_VISIBLE_DEVICES") == "0"  # Slurm gave the task one (fake) GPU
+    tasks, others = _split(_calls(tmp_path))
+    assert len(tasks) == 1, tasks
+    for call in tasks + others:
+        argv = call["argv"]
+        assert argv[:2] == ["exec", "--nv"]
+        assert _binds(argv) == [str(sweep), str(tmp_path)] and str(image) in argv
+    assert tasks[0]["env"].get("CUDA_VISIBLE_DEVICES") == "0"  # Slurm gave the task one (fake) GPU
     (run_dir,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert json.loads((run_dir / "metrics.json").read_text())["status"] == "completed"
 
