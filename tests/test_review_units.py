@@ -181,8 +181,7 @@ def test_local_sweep_in_flight_without_manifest(tmp_path, monkeypatch):
         "  overrides:\n    task:\n    - lr=1,2\n    - seed=0,1\nmax_steps: 10\n")
     (sweep / ".hpctrain" / "events").mkdir(parents=True)
     (sweep / ".hpctrain" / "events" / "2.jsonl").write_text(json.dumps({"event": "start", "job_id": "777"}) + "\n")
-    (sweep / ".hpctrain" / "launch-20240101-000000-999.pkl").write_bytes(b"")
-    monkeypatch.setattr(jobs, "pid_alive", lambda pid, needle="submitit": pid in ("777", "999"))
+    monkeypatch.setattr(jobs, "pid_alive", lambda pid, needle="submitit": pid == "777")
     loaded = load_sweep(sweep)
     assert not loaded.has_manifest and loaded.launcher == "local" and loaded.swept == ["lr", "seed"]
     assert [r.overrides for r in loaded.runs] == [["lr=1", "seed=0"], ["lr=1", "seed=1"], ["lr=2", "seed=0"],
@@ -190,8 +189,13 @@ def test_local_sweep_in_flight_without_manifest(tmp_path, monkeypatch):
     assert loaded.runs[2].job_id == "777" and loaded.runs[2].max_steps == 10
     assert loaded.runs[2].run_dir == sweep / "2_lr=2,seed=0" and loaded.runs[0].run_dir is None
     assert states(sweep) == {0: "pending", 1: "pending", 2: "running", 3: "pending"}
-    monkeypatch.setattr(jobs, "pid_alive", lambda pid, needle="submitit": False)  # launcher and run stopped
+    monkeypatch.setattr(jobs, "pid_alive", lambda pid, needle="submitit": False)  # the run's controller is gone
+    assert states(sweep) == {0: "pending", 1: "pending", 2: "failed", 3: "pending"}  # the sweep wrote lately
+    for path in sweep.rglob("*"):  # ... and after a quiet minute, its launcher is taken as gone
+        os.utime(path, (time.time() - 120, time.time() - 120))
     assert states(sweep) == {0: "cancelled", 1: "cancelled", 2: "failed", 3: "cancelled"}
+    jobs.record_cancelled(sweep, {"run:1": 1})  # what `cancel` records for a local run that never started
+    assert collect(load_sweep(sweep)).runs[1].note == "cancelled with hpctrain cancel"
 
 
 def test_expected_runs_with_sweep_params_from_a_file():

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from rich.markup import escape
+
 from hpctrain.review import fmt, jobs, localproc, queue
 from hpctrain.review.runs import ACTIVE, RunRecord, Snapshot, collect
 from hpctrain.review.status import counts_line
@@ -43,18 +45,34 @@ def _slurm(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, i
 
 
 def _local(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, int]:
-    """The launcher first (it would start the next pending run), then each running run's processes."""
-    if whole:
-        pid = jobs.launcher_pid(snap.sweep.dir)
-        if pid and jobs.pid_alive(pid, "python") and not localproc.stop_process(pid, "python"):
-            print(f"hpctrain cancel: the sweep's launcher (pid {pid}) did not stop", file=sys.stderr)
-    done = {}
-    for r in targets:
-        if r.job_id and r.state != "pending":
-            if localproc.stop_controller(r.job_id):
-                done[r.job_id] = r.idx
+    """The launcher first (it would start the next pending run), then each running run's processes.
+
+    The launcher is found as the parent of a run's controller; the sweep is looked at again until no
+    run of it is alive (a run may start while the others are being stopped).
+    """
+    chosen = {r.idx for r in targets}
+    done: Dict[str, int] = {}
+    for attempt in range(5):
+        live = [(spec.idx, spec.job_id) for spec in load_sweep(snap.sweep.dir).runs
+                if spec.job_id and spec.job_id not in done and jobs.pid_alive(spec.job_id)
+                and (whole or spec.idx in chosen)]
+        if whole:
+            launcher = jobs.local_launcher([job_id for _, job_id in live])
+            if attempt == 0 and not live and any(r.state == "pending" for r in targets):
+                print("hpctrain cancel: warning: no run of this local sweep is running, so its launcher cannot be "
+                      "found; if it is still starting, stop it with Ctrl-C where it runs", file=sys.stderr)
+            if launcher and not localproc.stop_process(launcher, "python"):
+                print(f"hpctrain cancel: the sweep's launcher (pid {launcher}) did not stop", file=sys.stderr)
+        for idx, job_id in live:
+            if localproc.stop_controller(job_id):
+                done[job_id] = idx
             else:
-                print(f"hpctrain cancel: run #{r.idx} (pid {r.job_id}) did not stop", file=sys.stderr)
+                print(f"hpctrain cancel: run #{idx} (pid {job_id}) did not stop", file=sys.stderr)
+        if not whole or not live:
+            break
+        time.sleep(1.0)
+    if whole:
+        done.update({f"run:{r.idx}": r.idx for r in targets if not r.job_id})  # never started: never will
     return done
 
 
@@ -89,7 +107,7 @@ def run(sweep_dir: Path, runs: Optional[List[int]] = None) -> int:
     con = fmt.console()
     for r in targets:
         ok = r.job_id in done or not r.job_id  # no job id: a local run that never started
-        con.print(f"  #{r.idx} {' '.join(f'{k}={v}' for k, v in r.values.items())}: was {r.state}, "
+        con.print(f"  #{r.idx} {escape(' '.join(f'{k}={v}' for k, v in r.values.items()))}: was {r.state}, "
                   f"{'cancelled' if ok else '[red]NOT cancelled[/]'}", soft_wrap=True)
     con.print(counts_line(collect(load_sweep(sweep_dir))), soft_wrap=True)
     failed = [r for r in targets if r.job_id and r.job_id not in done]

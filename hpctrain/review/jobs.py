@@ -105,13 +105,38 @@ def pid_alive(pid: str, needle: str = "submitit") -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X") and needle in cmdline
 
 
-def launcher_pid(sweep_dir: Path) -> Optional[str]:
-    """The pid of the newest launch (the launcher names its payload ``launch-<date>-<time>-<pid>.pkl``)."""
-    payloads = sorted((Path(sweep_dir) / ".hpctrain").glob("launch-*-*.pkl"))
-    if not payloads:
+def parent_pid(pid: str) -> Optional[int]:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
         return None
-    pid = payloads[-1].stem.rsplit("-", 1)[-1]
-    return pid if pid.isdigit() else None
+
+
+def local_launcher(controllers: List[str]) -> Optional[str]:
+    """The live launcher of a local sweep: the parent of one of its live submitit controllers."""
+    for pid in controllers:
+        parent = parent_pid(pid)
+        if parent and parent > 1 and pid_alive(str(parent), "python"):
+            return str(parent)
+    return None
+
+
+def recently_active(sweep_dir: Path, run_dirs: List[str], within_s: float) -> bool:
+    """Whether the sweep wrote anything lately (Hydra's multirun.yaml, run events, a run's metrics.json)."""
+    now = time.time()
+    events = os.path.join(sweep_dir, ".hpctrain", "events")
+    paths = [os.path.join(sweep_dir, "multirun.yaml"), events] + [os.path.join(d, "metrics.json") for d in run_dirs]
+    try:
+        paths += [os.path.join(events, name) for name in os.listdir(events)]
+    except OSError:
+        pass
+    for path in paths:
+        try:
+            if now - os.stat(path).st_mtime < within_s:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def read_cancelled(sweep_dir: Path) -> Dict[str, Dict]:

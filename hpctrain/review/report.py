@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from rich.markup import escape
+
 from hpctrain import runfiles
 from hpctrain.review import fmt, plots, report_files
 from hpctrain.review.curves import Curve, read_scalars
@@ -15,6 +17,7 @@ from hpctrain.review.status import counts_line
 from hpctrain.review.sweepdir import load_sweep
 
 CURVE_TAGS = ("train/loss", "val/loss")
+MAX_ERRORS = 10  # failed runs whose error is printed on the terminal (report.md has them all)
 
 
 def _table(ranking: Ranking, swept: List[str], con: Any) -> None:
@@ -68,23 +71,27 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     manifest = runfiles.read_manifest(sweep_dir) or {}
     command = reproduce_command(ranking.best.record, manifest.get("app")) if ranking.best else None
 
-    con.print(f"[bold]sweep[/] {sweep_dir}  ranked by [bold]{metric}[/] ({ranking.mode})", soft_wrap=True)
+    con.print(f"[bold]sweep[/] {escape(str(sweep_dir))}  ranked by [bold]{escape(metric)}[/] ({ranking.mode})",
+              soft_wrap=True)
     _table(ranking, swept, con)
     con.print(counts_line(snap), soft_wrap=True)
     if ranking.best:
         b = ranking.best
         label = " ".join(f"{k}={v}" for k, v in b.record.values.items()) or "(defaults)"
-        con.print(f"\n[bold green]best:[/] #{b.record.idx} {label}  {metric} = {fmt.number(b.value)}"
+        con.print(f"\n[bold green]best:[/] #{b.record.idx} {escape(label)}  {escape(metric)} = {fmt.number(b.value)}"
                   f"{'  (' + ranking.best_note + ')' if ranking.best_note else ''}", soft_wrap=True)
         con.print(Text.assemble(("reproduce: ", "bold"), command or ""), soft_wrap=True)
-    for x in ranking.runs:
-        r = x.record
-        if r.state in FAILURES:
-            lines = [line for line in (r.error or "").splitlines() if line.strip()][-5:] or ["(no error recorded)"]
-            label = " ".join(f"{k}={v}" for k, v in r.values.items())
-            con.print(f"\n[red]#{r.idx} {label} {r.state}[/] (log: {fmt.short_path(r.log)})", soft_wrap=True)
-            for line in lines:
-                con.print("    " + line, soft_wrap=True, markup=False, highlight=False)
+    failed = [x.record for x in ranking.runs if x.record.state in FAILURES]
+    for r in failed[:MAX_ERRORS]:
+        lines = [line for line in (r.error or "").splitlines() if line.strip()][-5:]
+        label = " ".join(f"{k}={v}" for k, v in r.values.items())
+        con.print(f"\n[red]#{r.idx} {escape(label)} {r.state}[/] (log: {escape(fmt.short_path(r.log))})",
+                  soft_wrap=True)
+        for line in lines or [r.note or "(no error recorded)"]:
+            con.print("    " + line, soft_wrap=True, markup=False, highlight=False)
+    if len(failed) > MAX_ERRORS:
+        con.print(f"\n... and {len(failed) - MAX_ERRORS} more failed runs: their errors are in report.md",
+                  soft_wrap=True)
 
     try:
         images = _plots(ranking, curves, swept, sweep_dir)
@@ -97,5 +104,5 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
         print(f"hpctrain report: error: cannot write the report into {sweep_dir}: {exc}", file=sys.stderr)
         return 1
     names = ["report.md", "results.csv", "results.json"] + [p.name for p in images]
-    con.print(f"\nwrote into {fmt.short_path(str(sweep_dir))}/: " + ", ".join(names), soft_wrap=True)
+    con.print(f"\nwrote into {fmt.short_path(str(sweep_dir))}/: " + ", ".join(names), soft_wrap=True, markup=False)
     return 0

@@ -111,7 +111,7 @@ def markdown(ranking: Ranking, sweep_dir: Path, swept: List[str], counts: Dict[s
         for r in failed:
             label = " ".join(f"{k}={v}" for k, v in r.values.items())
             lines += [f"### #{r.idx} {label} ({r.state})", "", f"log: `{r.log or '-'}`", "", "```",
-                      _error_tail(r.error) or "(no error recorded)", "```", ""]
+                      _error_tail(r.error) or r.note or "(no error recorded)", "```", ""]
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots]
     return "\n".join(lines) + "\n"

@@ -18,6 +18,7 @@ from hpctrain.review.sweepdir import RunSpec, Sweep
 STATES = ("pending", "running", "requeued", "completed", "failed", "timeout", "cancelled")
 ACTIVE = ("pending", "running", "requeued")
 FAILURES = ("failed", "timeout")
+LAUNCHER_QUIET_S = 60.0  # a local sweep that wrote nothing for this long, with no run alive, has no launcher
 
 # sacct's final states -> ours
 _SACCT = {"COMPLETED": "completed", "FAILED": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed",
@@ -87,9 +88,12 @@ class _Judge:
         return self._sacct.get(job_id)
 
     def launcher_alive(self) -> bool:
+        """A local sweep's launcher is still at work: a run's controller has it as parent, or, between two
+        runs (or before the first), the sweep wrote something in the last minute."""
         if self._launcher_alive is None:
-            pid = jobs.launcher_pid(self.sweep.dir)
-            self._launcher_alive = bool(pid) and jobs.pid_alive(pid, "python")
+            live = [r.job_id for r in self.sweep.runs if r.job_id and jobs.pid_alive(r.job_id)]
+            self._launcher_alive = bool(jobs.local_launcher(live)) or jobs.recently_active(
+                self.sweep.dir, [str(r.run_dir) for r in self.sweep.runs if r.run_dir], LAUNCHER_QUIET_S)
         return self._launcher_alive
 
     def state(self, spec: RunSpec, metrics: Dict[str, Any], att: "Attempts") -> Tuple[str, str]:
@@ -99,7 +103,7 @@ class _Judge:
         job_id = spec.job_id
         if job_id and att.any_events and att.starts == 0:
             status = None  # the current job never started: metrics.json is from an earlier submission
-        if job_id and job_id in self.cancelled:
+        if (job_id or f"run:{spec.idx}") in self.cancelled:  # a local run that never started has no job id
             return "cancelled", "cancelled with hpctrain cancel"
         if att.final_failure:
             return self._failed(spec, metrics, att)  # out of retries: the job may still be finishing in the queue

@@ -38,7 +38,7 @@ def counts_line(snap: Snapshot) -> str:
 
 def render(snap: Snapshot, con: Any) -> None:
     sweep = snap.sweep
-    con.print(f"[bold]sweep[/] {sweep.dir}  ({sweep.launcher}, {fmt.runs(len(sweep.runs))}"
+    con.print(f"[bold]sweep[/] {escape(str(sweep.dir))}  ({sweep.launcher}, {fmt.runs(len(sweep.runs))}"
               f"{', no manifest yet' if not sweep.has_manifest else ''})", soft_wrap=True)
     print_table(snap, con)
     notes = []
@@ -53,7 +53,7 @@ def render(snap: Snapshot, con: Any) -> None:
         con.print(f"  [dim]... and {len(notes) - MAX_NOTES} more (errors of all failed runs: "
                   f"python -m hpctrain report)[/]", soft_wrap=True)
     for w in snap.warnings:
-        con.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+        con.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     con.print(counts_line(snap), soft_wrap=True)
 
 
