@@ -66,7 +66,7 @@ def test_status_shows_a_timed_out_run_without_accounting(tmp_path, slurm_cluster
     """A task that hits its time limit (about 70 s) is shown as timeout, from what its log says (no sacct)."""
     sweep = tmp_path / "sweep"
     run_hpctrain(["-m", "lr=1e-2", "max_steps=1000000", "hydra/launcher=slurm", "hydra.launcher.timeout_min=1",
-                  "hydra.launcher.signal_delay_s=5", "hydra.launcher.max_num_timeout=0",
+                  "hydra.launcher.signal_delay_s=5", "hydra.launcher.max_num_timeout=0", "hydra.launcher.max_retries=0",
                   f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     array = job_id(sweep)
     try:

@@ -41,18 +41,16 @@ def run_names(sweep: Sweep) -> Dict[str, Path]:
 def make_links(sweep: Sweep) -> Path:
     """The folder TensorBoard reads: one symlink per run; in the sweep dir, else (read-only) a temp dir."""
     names = run_names(sweep)
-    for folder in (sweep.dir / LINKS, None):
-        try:
-            folder = Path(tempfile.mkdtemp(prefix="hpctrain-tb-")) if folder is None else folder
-            if folder.exists():
-                shutil.rmtree(folder)
-            folder.mkdir(parents=True)
-            for name, target in names.items():
-                (folder / name).symlink_to(target.absolute(), target_is_directory=True)
-            return folder
-        except OSError:
-            continue
-    raise OSError(f"cannot make a folder of run links in {sweep.dir / LINKS} nor in {tempfile.gettempdir()}")
+    try:
+        folder = sweep.dir / LINKS
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+    except OSError:
+        folder = Path(tempfile.mkdtemp(prefix="hpctrain-tb-"))
+    for name, target in names.items():
+        (folder / name).symlink_to(target.absolute(), target_is_directory=True)
+    return folder
 
 
 def port_free(host: str, port: int) -> bool:
@@ -128,7 +126,8 @@ def run(sweep_dir: Path, port: Optional[int] = None, host: str = "127.0.0.1") ->
         print(f"\nTensorBoard on {sweep_dir}: {len(run_names(sweep))} runs, named by "
               f"{', '.join(sweep.swept) or 'their overrides'}")
         print(f"  URL:        http://{shown}:{port}/")
-        print(f"  ssh tunnel: ssh -N -L {port}:127.0.0.1:{port} {getpass.getuser()}@{login_host()}"
+        target = "127.0.0.1" if host in ("0.0.0.0", "", "localhost", "127.0.0.1") else host
+        print(f"  ssh tunnel: ssh -N -L {port}:{target}:{port} {getpass.getuser()}@{login_host()}"
               f"   (then open http://localhost:{port}/ on your machine)")
         print("  Ctrl-C to stop.", flush=True)
         return proc.wait()
