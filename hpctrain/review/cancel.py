@@ -34,7 +34,10 @@ def _slurm(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, i
     left = {r.job_id: r.idx for r in targets if r.job_id}
     deadline = time.time() + WAIT_S
     while True:
-        queued = queue.squeue_query(list(left)) or {}
+        queued = queue.squeue_query(list(left))
+        if queued is None:  # the queue cannot be asked: trust scancel's word
+            still = set() if rc == 0 else set(left)
+            break
         still = {j for j in left if j in queued and queued[j][0] not in ("COMPLETING", "CANCELLED")}
         if not still or time.time() > deadline:
             break

@@ -3,7 +3,6 @@
 import math
 import os
 import sys
-from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
 STATE_STYLE = {
