@@ -1,0 +1,258 @@
+"""Submitting a 1000-point sweep (lr 40 values x seed 25 values) to Slurm: how long until it is queued.
+
+Runs the real command on the Slurm cluster of this machine, from a temporary directory:
+
+    python -X importtime -m hpctrain -m lr=<40 values> seed=range(25) max_steps=10 hydra/launcher=slurm \
+        +hydra.launcher.additional_parameters.hold=true hydra.sweep.dir=<tmp>/sweep
+
+`hold=true` queues the array held (`#SBATCH --hold`), so its 1000 tasks never start and do not hold up
+other work on the cluster; it is cancelled (`scancel`) right after. An `sbatch` earlier on PATH logs
+each call (start, end, exit status) and runs the real one. Figures printed:
+- wall time from command start to its return (it returns once the array is queued),
+- time from command start to the sbatch call,
+- the number of sbatch calls (must be 1),
+- whether the login-node process imported torch (from `-X importtime`).
+
+With --hsl-python PYTHON (a venv holding hydra-submitit-launcher==1.2.0 and hydra-core==1.3.2, see
+benchmarks/README.md), the same 1000-point sweep of a trivial Hydra app goes through
+hydra-submitit-launcher's `submitit_slurm`; it blocks until the jobs end, so its figure is the time
+from command start to its sbatch call; the process is then killed and the array cancelled.
+
+The last line printed is hpctrain's wall time to queued, in seconds (target: < 10 s).
+
+    python benchmarks/submit_sweep.py [--hsl-python /tmp/hsl-venv/bin/python [--hsl-hpctrain-app]] [--profile]
+"""
+
+import argparse
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+LRS = [f"{10 ** (-5 + 3 * i / 39):.3g}" for i in range(40)]  # 1e-05 .. 0.01, log-spaced
+SWEEP = [f"lr={','.join(LRS)}", "seed=range(25)"]
+HOLD = "+hydra.launcher.additional_parameters.hold=true"
+
+HSL_APP = '''
+import hydra
+from omegaconf import DictConfig
+
+
+@hydra.main(version_base="1.3", config_path=None, config_name="config")
+def main(cfg: DictConfig) -> float:
+    return float(cfg.lr) * (cfg.seed + 1)
+
+
+if __name__ == "__main__":
+    from hydra.core.config_store import ConfigStore
+    ConfigStore.instance().store(name="config", node={"lr": 1e-3, "seed": 0})
+    main()
+'''
+
+# Runs `python -m hpctrain ...` with timers around the login node's phases, printed to stderr at exit.
+# Hydra's plugin scan re-executes the plugin modules, so the launcher is patched once the scan is done
+# (when the sweeper validates its first batch, just before it calls the launcher).
+PHASES_BOOT = r'''
+import atexit, runpy, sys, time
+T0 = time.perf_counter()
+from hydra.plugins.sweeper import Sweeper
+phases = {}
+ORDER = ["hydra BasicSweeper.validate_batch_is_legal (composes every point)", "launcher.launch (all below)",
+         "  exclude_constant_keys", "  plan_runs", "  check (resources, container, validate_job per point)",
+         "    task_config (copies)", "  submit (submitit map_array, sbatch)", "  write_manifest"]
+def timed(owner, name, key):
+    f = getattr(owner, name)
+    def wrapper(*a, **k):
+        t = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            phases[key] = phases.get(key, 0.0) + time.perf_counter() - t
+    setattr(owner, name, wrapper)
+def patch_launcher():
+    L = sys.modules["hydra_plugins.hpctrain_launcher.launcher"]
+    S = sys.modules["hydra_plugins.hpctrain_launcher.slurm"]
+    for key in ORDER:
+        phases.setdefault(key, 0.0)
+    timed(L.BaseLauncher, "launch", "launcher.launch (all below)")
+    timed(L, "plan_runs", "  plan_runs")
+    timed(L, "exclude_constant_keys", "  exclude_constant_keys")
+    timed(L.BaseLauncher, "check", "  check (resources, container, validate_job per point)")
+    timed(L, "task_config", "    task_config (copies)")
+    timed(S.SlurmLauncher, "submit", "  submit (submitit map_array, sbatch)")
+    timed(L.BaseLauncher, "write_manifest", "  write_manifest")
+validate = Sweeper.validate_batch_is_legal
+def validate_then_patch(self, batch):
+    if not phases:
+        phases["start -> sweeper's first batch (imports, Hydra compose)"] = time.perf_counter() - T0
+        patch_launcher()
+    t = time.perf_counter()
+    validate(self, batch)
+    key = "hydra BasicSweeper.validate_batch_is_legal (composes every point)"
+    phases[key] = phases.get(key, 0.0) + time.perf_counter() - t
+Sweeper.validate_batch_is_legal = validate_then_patch
+def report():
+    print(f"PHASE total (in process) {time.perf_counter() - T0:.2f}", file=sys.stderr)
+    for key, value in phases.items():
+        print(f"PHASE {key} {value:.2f}", file=sys.stderr)
+atexit.register(report)
+sys.argv = ["hpctrain"] + sys.argv[1:]
+runpy.run_module("hpctrain", run_name="__main__", alter_sys=True)
+'''
+
+SBATCH_WRAPPER = '''#!/bin/sh
+start=$(date +%s.%N)
+{real} "$@"
+rc=$?
+printf '%s %s %s\\n' "$start" "$(date +%s.%N)" "$rc" >> "$SBATCH_CALLS_LOG"
+exit $rc
+'''
+
+
+def make_bin(tmp: Path) -> Path:
+    real = shutil.which("sbatch")
+    if real is None:
+        sys.exit("no sbatch on PATH: start the test cluster (bash slurm/test-cluster.sh start)")
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "sbatch"
+    wrapper.write_text(SBATCH_WRAPPER.format(real=real))
+    wrapper.chmod(0o755)
+    return bin_dir
+
+
+def sbatch_calls(log: Path) -> List[List[float]]:
+    if not log.exists():
+        return []
+    return [[float(x) for x in line.split()] for line in log.read_text().splitlines() if line.strip()]
+
+
+def cancel_jobs_from(cwd: Path) -> List[str]:
+    """scancel every job whose submit directory is cwd (Slurm records it: squeue %Z)."""
+    out = subprocess.run(["squeue", "-h", "-o", "%F %Z"], capture_output=True, text=True, timeout=60)
+    ids = sorted({line.split(" ", 1)[0] for line in out.stdout.splitlines() if line.split(" ", 1)[-1] == str(cwd)})
+    if ids:
+        subprocess.run(["scancel", *ids], check=False, timeout=60)
+    return ids
+
+
+def queued_tasks(job_id: str) -> int:
+    out = subprocess.run(["squeue", "-h", "-r", "-j", job_id, "-o", "%i"], capture_output=True, text=True, timeout=60)
+    return len(out.stdout.split())
+
+
+def child_cpu() -> float:
+    """CPU seconds (user + system) of the children this process has reaped so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_hpctrain(tmp: Path, bin_dir: Path, profile: bool) -> Dict[str, object]:
+    cwd = tmp / "hpctrain"
+    cwd.mkdir()
+    log = tmp / "sbatch_hpctrain.log"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SBATCH_CALLS_LOG=str(log))
+    prof = ["-m", "cProfile", "-o", str(tmp / "hpctrain.prof")] if profile else []
+    entry = ["-m", "hpctrain"] if profile else ["-c", PHASES_BOOT]
+    cmd = [sys.executable, "-X", "importtime", *prof, *entry, "-m", *SWEEP, "max_steps=10",
+           "hydra/launcher=slurm", HOLD, f"hydra.sweep.dir={cwd / 'sweep'}"]
+    cpu0, t0 = child_cpu(), time.time()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    wall, cpu = time.time() - t0, child_cpu() - cpu0
+    try:
+        if proc.returncode != 0:
+            sys.exit(f"hpctrain sweep failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")
+        match = re.search(r"submitted (\d+) run\(s\) as Slurm job (\d+)", proc.stdout)
+        runs, job = (int(match[1]), match[2]) if match else (0, "?")
+        tasks = queued_tasks(job) if match else 0
+    finally:
+        cancelled = cancel_jobs_from(cwd)
+    calls = sbatch_calls(log)
+    modules = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    torch_modules = [m for m in modules if m == "torch" or m.startswith("torch.")]
+    phases = [line[len("PHASE "):].rsplit(" ", 1) for line in proc.stderr.splitlines() if line.startswith("PHASE ")]
+    if profile:
+        import pstats
+
+        print("hpctrain cProfile, top 25 by cumulative time:")
+        pstats.Stats(str(tmp / "hpctrain.prof")).sort_stats("cumulative").print_stats(25)
+    return {"wall": wall, "cpu": cpu, "to_sbatch": calls[0][0] - t0 if calls else None,
+            "sbatch_s": calls[0][1] - calls[0][0] if calls else None, "sbatch_calls": len(calls), "runs": runs,
+            "job": job, "queued_tasks": tasks, "torch": bool(torch_modules), "modules": len(modules),
+            "cancelled": cancelled, "phases": phases}
+
+
+def run_hsl(tmp: Path, bin_dir: Path, python: str, hpctrain_app: bool) -> Dict[str, object]:
+    """hydra-submitit-launcher on the trivial app, or on hpctrain's own app (same config as ours)."""
+    name = "hsl-hpctrain" if hpctrain_app else "hsl"
+    cwd = tmp / name
+    cwd.mkdir()
+    (cwd / "app.py").write_text(HSL_APP)
+    log = tmp / f"sbatch_{name}.log"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SBATCH_CALLS_LOG=str(log))
+    app = ["-m", "hpctrain", "-m", *SWEEP, "max_steps=10"] if hpctrain_app else ["app.py", "-m", *SWEEP]
+    cmd = [python, *app, "hydra/launcher=submitit_slurm", HOLD, f"hydra.sweep.dir={cwd / 'sweep'}"]
+    cpu0, t0 = child_cpu(), time.time()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        while not log.exists() and proc.poll() is None and time.time() - t0 < 600:
+            time.sleep(0.05)
+        calls = sbatch_calls(log)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # our own process group: the app and nothing else
+        _, err = proc.communicate(timeout=60)
+        cancelled = cancel_jobs_from(cwd)
+    cpu = child_cpu() - cpu0  # up to the kill, which comes right after the sbatch call
+    if not calls:
+        sys.exit(f"hydra-submitit-launcher never called sbatch (exit {proc.returncode}):\n{err[-3000:]}")
+    return {"cpu": cpu, "to_sbatch": calls[0][0] - t0, "sbatch_s": calls[0][1] - calls[0][0],
+            "sbatch_calls": len(calls), "cancelled": cancelled}
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hsl-python", help="python of a venv with hydra-submitit-launcher==1.2.0, hydra-core==1.3.2")
+    ap.add_argument("--hsl-hpctrain-app", action="store_true",
+                    help="also run hpctrain's own app through hydra-submitit-launcher (hpctrain installed "
+                         "--no-deps in that venv: the login node needs no torch)")
+    ap.add_argument("--profile", action="store_true", help="cProfile hpctrain's login-node process")
+    args = ap.parse_args(argv)
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="submit-sweep-") as name:
+        tmp = Path(name)
+        bin_dir = make_bin(tmp)
+        hsl = run_hsl(tmp, bin_dir, args.hsl_python, False) if args.hsl_python else None
+        hsl_app = run_hsl(tmp, bin_dir, args.hsl_python, True) if args.hsl_python and args.hsl_hpctrain_app else None
+        ours = run_hpctrain(tmp, bin_dir, args.profile)
+    print(f"sweep: {len(LRS)} lr x 25 seed = {len(LRS) * 25} points; cpus: {os.cpu_count()}; "
+          f"load average at start: {load[0]:.1f} (other work on the machine slows the wall times)")
+    print(f"hpctrain: {ours['runs']} runs as Slurm job {ours['job']} ({ours['queued_tasks']} array tasks queued, "
+          f"held; cancelled {', '.join(ours['cancelled']) or 'nothing'})")
+    print(f"hpctrain: sbatch calls: {ours['sbatch_calls']}")
+    print(f"hpctrain: torch imported on the login node: {'YES' if ours['torch'] else 'no'} "
+          f"({ours['modules']} modules imported)")
+    print(f"hpctrain: command start -> sbatch call: {ours['to_sbatch']:.2f} s "
+          f"(sbatch itself {ours['sbatch_s']:.2f} s; CPU time of the whole command {ours['cpu']:.1f} s)")
+    if ours["phases"]:
+        print("hpctrain: where the login node's time goes (s):")
+        for key, value in ours["phases"]:
+            print(f"  {value:>7}  {key}")
+    for what, res in (("a trivial app", hsl), ("hpctrain's app", hsl_app)):
+        if res:
+            print(f"hydra-submitit-launcher 1.2.0, {what}: command start -> sbatch call: {res['to_sbatch']:.2f} s "
+                  f"(CPU time {res['cpu']:.1f} s; sbatch calls: {res['sbatch_calls']}; then killed, "
+                  f"cancelled {', '.join(res['cancelled']) or 'nothing'})")
+    print(f"hpctrain: command start -> queued (command returned): {ours['wall']:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
