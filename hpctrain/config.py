@@ -133,6 +133,7 @@ def dirname(num: int, overrides: str, limit: int = 120) -> str:
 
     ``/`` in a value (a path) would nest directories, and names over 255 bytes cannot be created.
     """
+    overrides = "" if overrides is None else str(overrides)
     name = f"{num}_{overrides}".replace("/", "%2F") if overrides else str(num)
     if len(name) > limit:
         name = name[: limit - 9] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]

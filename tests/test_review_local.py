@@ -266,7 +266,10 @@ def test_local_sweep_in_flight_status_and_cancel(tmp_path):
             time.sleep(1)
         assert states == ["running", "pending", "pending"]
         table = review(["status", str(sweep_dir)], cwd=tmp_path)
-        assert "no manifest yet" in table.stdout and table.stdout.splitlines()[-1] == "3 runs: 2 pending, 1 running"
+        assert table.stdout.splitlines()[-1] == "3 runs: 2 pending, 1 running"
+        # the launcher records the sweep (and its own pid) before the first run starts
+        manifest = json.loads((sweep_dir / "sweep.json").read_text())
+        assert manifest["launcher_pid"] == launcher.pid and sorted(manifest["runs"]) == ["0", "1", "2"]
 
         watcher = subprocess.Popen([sys.executable, "-m", "hpctrain", "status", str(sweep_dir), "--watch",
                                     "--interval", "1"], cwd=tmp_path, env=hpctrain_env(env()),

@@ -114,10 +114,14 @@ def test_crash_is_retried_and_always_failing_run_ends_failed(tmp_path):
 
 
 def test_time_limit_checkpoints_requeues_and_resumes(tmp_path):
-    """USR2 `signal_delay_s` before the time limit: checkpoint, requeue, resume at the same step."""
+    """USR2 `signal_delay_s` before the time limit: checkpoint, requeue, resume at the same step.
+
+    slurmctld checks time limits every 30 s and signals early enough for that: with a 60 s limit and a
+    15 s delay, USR2 comes 15 to 45 s after the start (a 45 s delay would signal at once).
+    """
     sweep = tmp_path / "sweep"
     run_hpctrain(["-m", "max_steps=1000000", "log_every=20", "eval_every=0", "ckpt_every=0", "hydra/launcher=slurm",
-                  "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=45",
+                  "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=15",
                   "hydra.launcher.max_num_timeout=2", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=60)
     job = job_id(sweep)
     try:

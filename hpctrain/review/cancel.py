@@ -60,7 +60,7 @@ def _local(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, i
                 if spec.job_id and spec.job_id not in done and jobs.pid_alive(spec.job_id)
                 and (whole or spec.idx in chosen)]
         if whole:
-            launcher = jobs.local_launcher([job_id for _, job_id in live])
+            launcher = jobs.local_launcher([job_id for _, job_id in live], snap.sweep.launcher_pid)
             if attempt == 0 and not live and any(r.state == "pending" for r in targets):
                 print("hpctrain cancel: warning: no run of this local sweep is running, so its launcher cannot be "
                       "found; if it is still starting, stop it with Ctrl-C where it runs", file=sys.stderr)

@@ -112,8 +112,10 @@ def parent_pid(pid: str) -> Optional[int]:
         return None
 
 
-def local_launcher(controllers: List[str]) -> Optional[str]:
-    """The live launcher of a local sweep: the parent of one of its live submitit controllers."""
+def local_launcher(controllers: List[str], recorded: Optional[int] = None) -> Optional[str]:
+    """The live launcher of a local sweep: the pid its manifest records, or the parent of a live controller."""
+    if recorded and pid_alive(str(recorded), "python"):
+        return str(recorded)
     for pid in controllers:
         parent = parent_pid(pid)
         if parent and parent > 1 and pid_alive(str(parent), "python"):

@@ -92,7 +92,7 @@ class _Judge:
         runs (or before the first), the sweep wrote something in the last minute."""
         if self._launcher_alive is None:
             live = [r.job_id for r in self.sweep.runs if r.job_id and jobs.pid_alive(r.job_id)]
-            self._launcher_alive = bool(jobs.local_launcher(live)) or jobs.recently_active(
+            self._launcher_alive = bool(jobs.local_launcher(live, self.sweep.launcher_pid)) or jobs.recently_active(
                 self.sweep.dir, [str(r.run_dir) for r in self.sweep.runs if r.run_dir], LAUNCHER_QUIET_S)
         return self._launcher_alive
 

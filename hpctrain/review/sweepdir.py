@@ -34,6 +34,7 @@ class Sweep:
     submitit_folder: Path
     runs: List[RunSpec]
     has_manifest: bool = True
+    launcher_pid: Optional[int] = None  # the local launcher's process, as its manifest records it
     swept: List[str] = field(default_factory=list)  # override keys whose values differ between runs
 
     def values(self, run: RunSpec) -> Dict[str, str]:
@@ -123,4 +124,4 @@ def _from_manifest(sweep_dir: Path, manifest: Dict) -> Sweep:
     if not folder.is_dir() and (sweep_dir / runfiles.SUBMITIT_DIR).is_dir():
         folder = sweep_dir / runfiles.SUBMITIT_DIR  # the sweep dir was moved or copied
     return Sweep(dir=sweep_dir, launcher=str(manifest.get("launcher") or "unknown"), submitit_folder=folder,
-                 runs=runs, has_manifest=True)
+                 runs=runs, has_manifest=True, launcher_pid=manifest.get("launcher_pid"))

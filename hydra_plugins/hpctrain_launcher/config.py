@@ -64,5 +64,13 @@ class SlurmLauncherConf(BaseLauncherConf):
     srun_args: List[str] = field(default_factory=list)
 
 
+@dataclass
+class SweeperConf:
+    _target_: str = f"{_PKG}.sweeper.HpctrainSweeper"
+    max_batch_size: Optional[int] = None
+    params: Optional[Dict[str, str]] = None  # a sweep kept in a file: conf/sweep/*.yaml
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="hpctrain", node=SweeperConf, provider="hpctrain")
 ConfigStore.instance().store(group="hydra/launcher", name="local", node=LocalLauncherConf, provider="hpctrain")
 ConfigStore.instance().store(group="hydra/launcher", name="slurm", node=SlurmLauncherConf, provider="hpctrain")

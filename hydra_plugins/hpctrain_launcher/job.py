@@ -54,8 +54,9 @@ class SweepJob:
             job_dir_key="hydra.sweep.dir",
             job_subdir_key="hydra.sweep.subdir",
         )
-        if ret.status == JobStatus.FAILED and env.global_rank == 0:
-            self._retry_or_fail(env, idx, ret)
+        timed_out = isinstance(ret._return_value, submitit.core.utils.UncompletedJobError)
+        if ret.status == JobStatus.FAILED and env.global_rank == 0 and not timed_out:
+            self._retry_or_fail(env, idx, ret)  # a crash; not submitit giving up at the time limit
         return ret.return_value  # re-raises the task's exception when it failed
 
     def _retry_or_fail(self, env: submitit.JobEnvironment, idx: int, ret: Any) -> None:

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from hpctrain import runfiles
 from hpctrain.container import check_container, container_command, default_binds
 
-from .plan import PlanError, Run, exclude_constant_keys, plan_runs, task_config
+from .plan import Run, exclude_constant_keys, plan_runs
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +74,9 @@ class BaseLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-        try:
-            exclude_constant_keys(self.config, job_overrides)
-            runs = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx)
-        except PlanError as exc:
-            raise LaunchError(f"nothing submitted: bad sweep points:\n{exc}") from None
-        problems = self.check(runs, sweep_dir)
+        exclude_constant_keys(self.config, job_overrides)
+        runs, problems = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx)
+        problems += self.check(runs, sweep_dir)
         if problems:
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
@@ -107,8 +104,9 @@ class BaseLauncher(Launcher):
         save_payload(payload, self.hydra_context, self.task_function, self.config)
         runfiles.write_json_atomic(payload.with_suffix(".runs.json"), [str(r.run_dir) for r in todo])
         job = SweepJob(str(payload), str(sweep_dir), int(self.params.max_retries))
+        self.record_submission(sweep_dir, todo)
         jobs = self.submit(todo, job, python, sweep_dir)
-        self.write_manifest(sweep_dir, todo, jobs)
+        self.record_job_ids(sweep_dir, {r.idx: str(j.job_id) for r, j in zip(todo, jobs)})
         return self.finish(todo, jobs, sweep_dir)
 
     def check(self, runs: List[Run], sweep_dir: Path) -> List[str]:
@@ -130,7 +128,7 @@ class BaseLauncher(Launcher):
         validate = getattr(self.task_function, "validate_job", None)
         if validate is not None:
             for run in runs:
-                for p in validate(task_config(run), world_size=self.world_size()):
+                for p in validate(run.cfg, world_size=self.world_size()):
                     problems.append(f"run {run.idx} ({' '.join(run.overrides) or 'no overrides'}): {p}")
         return problems
 
@@ -152,22 +150,31 @@ class BaseLauncher(Launcher):
         lines = [f"export {name}={shlex.quote(str(value))}" for name, value in self.params.env.items()]
         return lines + list(self.params.setup)
 
-    def write_manifest(self, sweep_dir: Path, runs: List[Run], jobs: List[Any]) -> None:
+    def record_submission(self, sweep_dir: Path, runs: List[Run]) -> None:
+        """Before anything starts: this submission's runs in sweep.json and in their event logs."""
         manifest = runfiles.read_manifest(sweep_dir) or {"runs": {}, "submissions": []}
-        job_ids = [str(j.job_id) for j in jobs]
         manifest.update(launcher=self.kind, app=getattr(self.task_function, "__module__", None),
-                        submitit_folder=str(self.params.submitit_folder))
-        manifest["submissions"].append({"time": time.time(), "job_ids": sorted({i.split("_")[0] for i in job_ids}),
-                                        "runs": [r.idx for r in runs]})
-        for run, job_id in zip(runs, job_ids):
-            runfiles.append_event(sweep_dir, run.idx, "submitted", job_id=job_id)  # retries count from here
+                        submitit_folder=str(self.params.submitit_folder), launcher_pid=os.getpid())
+        manifest["submissions"].append({"time": time.time(), "job_ids": [], "runs": [r.idx for r in runs],
+                                        "launcher_pid": os.getpid()})
+        for run in runs:
+            runfiles.append_event(sweep_dir, run.idx, "submitted")  # retries count from here
             manifest["runs"][str(run.idx)] = {
                 "name": run.name,
                 "run_dir": os.path.relpath(run.run_dir, sweep_dir),
                 "overrides": run.overrides,
-                "job_id": job_id,
+                "job_id": None,  # filled in once the job exists
                 "max_steps": OmegaConf.select(run.cfg, "max_steps", default=None),
             }
+        runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
+
+    def record_job_ids(self, sweep_dir: Path, job_ids: Dict[int, str]) -> None:
+        manifest = runfiles.read_manifest(sweep_dir)
+        assert manifest is not None, "record_submission() writes it first"
+        submission = manifest["submissions"][-1]
+        submission["job_ids"] = sorted(set(submission["job_ids"]) | {j.split("_")[0] for j in job_ids.values()})
+        for idx, job_id in job_ids.items():
+            manifest["runs"][str(idx)]["job_id"] = job_id
         runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
 
     def _collect(self, run: Run, job: Any) -> JobReturn:

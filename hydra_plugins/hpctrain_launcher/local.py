@@ -80,6 +80,7 @@ class LocalLauncher(BaseLauncher):
                 executor.update_parameters(visible_gpus=tuple(gpus))
                 jobs[run.idx] = submitted = executor.submit(job, run.idx, run.overrides)
                 running[run.idx] = (submitted, gpus)
+                self.record_job_ids(sweep_dir, {run.idx: str(submitted.job_id)})
                 print(f"  started #{run.idx} {run.name} (job {submitted.job_id})", flush=True)
             for idx, (submitted, gpus) in list(running.items()):
                 if submitted.done():

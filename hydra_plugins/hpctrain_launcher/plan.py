@@ -10,12 +10,12 @@ config again with Hydra in full; this plan only validates and names runs.
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import HydraContext
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 
 @dataclass
@@ -23,52 +23,92 @@ class Run:
     idx: int
     overrides: List[str]
     run_dir: Path
-    cfg: DictConfig  # the whole config (hydra node included)
+    cfg: DictConfig  # the app's config for this point (no hydra node): what the task function gets
 
     @property
     def name(self) -> str:
         return self.run_dir.name
 
 
-class PlanError(Exception):
-    """Raised with one line per bad sweep point."""
+@dataclass
+class _Base:
+    """One composed config per distinct set of config-group choices, split for cheap per-point copies."""
+
+    task: DictConfig
+    subdir: Any  # hydra.sweep.subdir, unresolved
+    sweep_dir: str
+    job_name: str
+    dirname: Dict[str, Any]  # hydra.job.config.override_dirname
 
 
-def plan_runs(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]], first_idx: int) -> List[Run]:
+def plan_runs(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
+              first_idx: int) -> Tuple[List[Run], List[str]]:
+    """The runs of the good points, and one line per bad point (all of them, not just the first)."""
     loader = ctx.config_loader
     parser = OverridesParser.create()
     repo = getattr(loader, "repository", None)
-    bases: Dict[Tuple[str, ...], DictConfig] = {}
+    bases: Dict[Tuple[str, ...], _Base] = {}
     runs: List[Run] = []
     errors: List[str] = []
     for offset, overrides in enumerate(job_overrides):
         idx = first_idx + offset
         try:
             parsed = parser.parse_overrides(list(overrides))
-            is_group = [repo is not None and repo.group_exists(o.key_or_group.split("@")[0]) for o in parsed]
-            groups = tuple(o.input_line for o, g in zip(parsed, is_group) if g)
-            if groups not in bases:
-                bases[groups] = loader.load_sweep_config(config, list(groups))
-            cfg = copy.deepcopy(bases[groups])
-            ConfigLoaderImpl._apply_overrides_to_config([o for o, g in zip(parsed, is_group) if not g], cfg)
-            job = cfg.hydra.job
-            with open_dict(job):
-                job.num = idx
-                job.id = f"plan_{idx}"
-                job.override_dirname = get_overrides_dirname(
-                    overrides=parsed,
-                    kv_sep=job.config.override_dirname.kv_sep,
-                    item_sep=job.config.override_dirname.item_sep,
-                    exclude_keys=list(job.config.override_dirname.exclude_keys),
-                )
-            run_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+            if any(o.key_or_group.startswith("hydra") for o in parsed):
+                run = _full_compose(loader, config, parsed, idx, list(overrides))  # rare: Hydra itself swept
+            else:
+                is_group = [repo is not None and repo.group_exists(o.key_or_group.split("@")[0]) for o in parsed]
+                groups = tuple(o.input_line for o, g in zip(parsed, is_group) if g)
+                if groups not in bases:
+                    bases[groups] = _split(loader.load_sweep_config(config, list(groups)))
+                base = bases[groups]
+                cfg = copy.deepcopy(base.task)
+                ConfigLoaderImpl._apply_overrides_to_config([o for o, g in zip(parsed, is_group) if not g], cfg)
+                run_dir = _run_dir(base, parsed, idx)
+                run = Run(idx=idx, overrides=list(overrides), run_dir=run_dir, cfg=cfg)
         except Exception as exc:  # noqa: BLE001 - every bad point is reported, not just the first
             errors.append(f"run {idx} ({' '.join(overrides)}): {_one_line(exc)}")
             continue
-        runs.append(Run(idx=idx, overrides=list(overrides), run_dir=run_dir, cfg=cfg))
-    if errors:
-        raise PlanError("\n".join(errors))
-    return runs
+        runs.append(run)
+    return runs, errors
+
+
+def _split(full: DictConfig) -> _Base:
+    task = copy.deepcopy(full)
+    with open_dict(task):
+        del task["hydra"]
+    return _Base(
+        task=task,
+        subdir=OmegaConf.to_container(full.hydra.sweep, resolve=False)["subdir"],
+        sweep_dir=str(full.hydra.sweep.dir),
+        job_name=str(full.hydra.job.name),
+        dirname=OmegaConf.to_container(full.hydra.job.config.override_dirname, resolve=True),
+    )
+
+
+def _run_dir(base: _Base, parsed: List[Any], idx: int) -> Path:
+    """Resolve hydra.sweep.subdir for one point from the few values it may use (as run_job would)."""
+    dirname = get_overrides_dirname(overrides=parsed, kv_sep=base.dirname["kv_sep"],
+                                    item_sep=base.dirname["item_sep"], exclude_keys=base.dirname["exclude_keys"])
+    naming = OmegaConf.create({"hydra": {
+        "job": {"num": idx, "id": f"plan_{idx}", "name": base.job_name, "override_dirname": dirname},
+        "sweep": {"dir": base.sweep_dir, "subdir": base.subdir},
+    }})
+    return Path(base.sweep_dir) / str(naming.hydra.sweep.subdir)
+
+
+def _full_compose(loader: Any, config: DictConfig, parsed: List[Any], idx: int, overrides: List[str]) -> Run:
+    cfg = loader.load_sweep_config(config, overrides)
+    job = cfg.hydra.job
+    with open_dict(job):
+        job.num, job.id = idx, f"plan_{idx}"
+        job.override_dirname = get_overrides_dirname(
+            overrides=parsed, kv_sep=job.config.override_dirname.kv_sep,
+            item_sep=job.config.override_dirname.item_sep,
+            exclude_keys=list(job.config.override_dirname.exclude_keys))
+    run_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+    base = _split(cfg)
+    return Run(idx=idx, overrides=overrides, run_dir=run_dir, cfg=base.task)
 
 
 def exclude_constant_keys(config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> None:
@@ -96,16 +136,9 @@ def exclude_constant_keys(config: DictConfig, job_overrides: Sequence[Sequence[s
         config.hydra.overrides.hydra.append(f"hydra.job.config.override_dirname.exclude_keys=[{quoted}]")
 
 
-def task_config(run: Run) -> DictConfig:
-    """The app's part of the config (what the task function receives)."""
-    cfg = copy.copy(run.cfg)
-    with open_dict(cfg):
-        cfg.pop("hydra", None)
-    return cfg
-
-
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    text = str(exc)
+    if exc.__cause__ is not None:  # Hydra's "Error merging override x=y" holds the reason in its cause
+        text += f": {exc.__cause__}"
+    text = " ".join(text.split())
     return text if len(text) < 400 else text[:397] + "..."
-
-
