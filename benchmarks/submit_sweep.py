@@ -58,15 +58,15 @@ if __name__ == "__main__":
 
 # Runs `python -m hpctrain ...` with timers around the login node's phases, printed to stderr at exit.
 # Hydra's plugin scan re-executes the plugin modules, so the launcher is patched once the scan is done
-# (when the sweeper validates its first batch, just before it calls the launcher).
+# (once Hydra has made the sweeper, which makes the launcher, just before the sweep starts).
 PHASES_BOOT = r'''
 import atexit, runpy, sys, time
 T0 = time.perf_counter()
-from hydra.plugins.sweeper import Sweeper
+from hydra.core.plugins import Plugins
 phases = {}
-ORDER = ["hydra BasicSweeper.validate_batch_is_legal (composes every point)", "launcher.launch (all below)",
-         "  exclude_constant_keys", "  plan_runs", "  check (resources, container, validate_job per point)",
-         "    task_config (copies)", "  submit (submitit map_array, sbatch)", "  write_manifest"]
+ORDER = ["launcher.launch (all below)", "  exclude_constant_keys", "  plan_runs (compose groups once, copy per point)",
+         "  check (resources, container, validate_job per point)", "  record_submission (manifest, events)",
+         "  submit (submitit map_array, sbatch)", "  record_job_ids"]
 def timed(owner, name, key):
     f = getattr(owner, name)
     def wrapper(*a, **k):
@@ -81,23 +81,20 @@ def patch_launcher():
     S = sys.modules["hydra_plugins.hpctrain_launcher.slurm"]
     for key in ORDER:
         phases.setdefault(key, 0.0)
-    timed(L.BaseLauncher, "launch", "launcher.launch (all below)")
-    timed(L, "plan_runs", "  plan_runs")
-    timed(L, "exclude_constant_keys", "  exclude_constant_keys")
-    timed(L.BaseLauncher, "check", "  check (resources, container, validate_job per point)")
-    timed(L, "task_config", "    task_config (copies)")
-    timed(S.SlurmLauncher, "submit", "  submit (submitit map_array, sbatch)")
-    timed(L.BaseLauncher, "write_manifest", "  write_manifest")
-validate = Sweeper.validate_batch_is_legal
-def validate_then_patch(self, batch):
-    if not phases:
-        phases["start -> sweeper's first batch (imports, Hydra compose)"] = time.perf_counter() - T0
-        patch_launcher()
-    t = time.perf_counter()
-    validate(self, batch)
-    key = "hydra BasicSweeper.validate_batch_is_legal (composes every point)"
-    phases[key] = phases.get(key, 0.0) + time.perf_counter() - t
-Sweeper.validate_batch_is_legal = validate_then_patch
+    timed(L.BaseLauncher, "launch", ORDER[0])
+    timed(L, "exclude_constant_keys", ORDER[1])
+    timed(L, "plan_runs", ORDER[2])
+    timed(L.BaseLauncher, "check", ORDER[3])
+    timed(L.BaseLauncher, "record_submission", ORDER[4])
+    timed(S.SlurmLauncher, "submit", ORDER[5])
+    timed(L.BaseLauncher, "record_job_ids", ORDER[6])
+instantiate_sweeper = Plugins.instantiate_sweeper
+def instantiate_then_patch(self, *args, **kwargs):
+    sweeper = instantiate_sweeper(self, *args, **kwargs)
+    phases["start -> the sweep (imports, Hydra's first compose, plugin scan)"] = time.perf_counter() - T0
+    patch_launcher()
+    return sweeper
+Plugins.instantiate_sweeper = instantiate_then_patch
 def report():
     print(f"PHASE total (in process) {time.perf_counter() - T0:.2f}", file=sys.stderr)
     for key, value in phases.items():
