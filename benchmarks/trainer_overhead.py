@@ -1,8 +1,8 @@
 """hpctrain's Trainer against a plain hand-written PyTorch loop: same model, data, optimizer, steps.
 
-Both do the same work per step (forward, backward, grad clipping, AdamW, LR schedule, a loss read on
-log steps); hpctrain also writes TensorBoard, metrics.json and a final checkpoint, which count against
-it. Runs are interleaved (plain, hpctrain, plain, ...) so that machine noise hits both alike.
+Both do the same work (per step: forward, backward, grad clipping, AdamW, LR schedule, a loss read on
+log steps; at the end: a validation pass and a checkpoint); hpctrain also writes TensorBoard and
+metrics.json, shards the data through a DataLoader and keeps its resumable state, which count against it. Runs are interleaved (plain, hpctrain, plain, ...) so that machine noise hits both alike.
 The last line printed is the median time-per-step ratio hpctrain / plain (target: <= 1.03 on CPU).
 
     python benchmarks/trainer_overhead.py [--steps 300] [--repeats 7]
@@ -39,7 +39,8 @@ def compose(steps: int):
 def plain_loop(cfg) -> float:
     """What a researcher would write by hand for the same training."""
     torch.manual_seed(cfg.seed)
-    data = build_data(cfg.data).train
+    splits = build_data(cfg.data)
+    data = splits.train
     model = build_model(cfg.model)
     opt = build_optimizer(cfg.optim, model, cfg.lr, torch.device("cpu"))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio))
@@ -61,6 +62,13 @@ def plain_loop(cfg) -> float:
         sched.step()
         if (step + 1) % cfg.log_every == 0:
             loss.item()
+    with torch.no_grad():  # the same final validation pass as the trainer's (20 micro-batches)
+        val = splits.val
+        for i in range(0, min(len(val), 20 * cfg.batch_size), cfg.batch_size):
+            F.cross_entropy(model(val.x[i : i + cfg.batch_size]), val.y[i : i + cfg.batch_size]).item()
+    with tempfile.TemporaryDirectory() as ckpt_dir:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": cfg.max_steps},
+                   Path(ckpt_dir) / "last.pt")
     return (time.perf_counter() - start) / cfg.max_steps
 
 

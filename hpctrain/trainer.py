@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from hpctrain import checkpoint, runfiles
 from hpctrain.build import build_data, build_model, build_optimizer
@@ -48,26 +48,35 @@ def lr_lambda(warmup: int, total: int, min_ratio: float):
     return factor
 
 
-class ResumableSampler(Sampler):
-    """This rank's shard of an epoch (DistributedSampler), starting after ``skip`` micro-batches."""
+class ShardedBatches(Sampler):
+    """This rank's micro-batches of an epoch, from micro-batch ``skip`` on (the resumable data position).
+
+    DistributedSampler's order: one seeded shuffle per epoch shared by all ranks, trimmed to a multiple
+    of the world size, rank r taking every world_size-th index from r. So the ranks' micro-batches b
+    together are the same samples whatever the world size. Batches come out as index tensors, which a
+    data set with ``__getitems__`` takes in one indexing operation (lists of ints for any other).
+    """
 
     def __init__(self, dataset: Dataset, info: DistInfo, seed: int, micro_bs: int) -> None:
-        self.inner = DistributedSampler(
-            dataset, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=seed, drop_last=True
-        )
-        self.micro_bs = micro_bs
-        self.skip = 0
+        self.n, self.rank, self.world = len(dataset), info.rank, info.world_size
+        self.seed, self.micro_bs = seed, micro_bs
+        self.per_rank = self.n // self.world
+        self.batches_per_epoch = self.per_rank // micro_bs
+        self.as_tensor = hasattr(dataset, "__getitems__")
+        self.epoch, self.skip = 0, 0
 
     def set_position(self, epoch: int, skip: int) -> None:
-        self.inner.set_epoch(epoch)  # a new shuffle every epoch, the same on every rank
-        self.skip = skip
+        self.epoch, self.skip = epoch, skip
 
-    def __iter__(self) -> Iterator[int]:
-        indices = list(self.inner)
-        return iter(indices[self.skip * self.micro_bs :])
+    def __iter__(self) -> Iterator[Any]:
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        mine = torch.randperm(self.n, generator=g)[: self.per_rank * self.world][self.rank :: self.world]
+        for b in range(self.skip, self.batches_per_epoch):
+            batch = mine[b * self.micro_bs : (b + 1) * self.micro_bs]
+            yield batch if self.as_tensor else batch.tolist()
 
     def __len__(self) -> int:
-        return len(self.inner) - self.skip * self.micro_bs
+        return self.batches_per_epoch - self.skip
 
 
 class Trainer:
@@ -90,12 +99,11 @@ class Trainer:
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(cfg.precision))
 
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
-        self.sampler = ResumableSampler(self.train_set, info, cfg.seed, self.micro_bs)
-        self.batches_per_epoch = len(self.sampler.inner) // self.micro_bs
-        if self.batches_per_epoch == 0:
+        self.sampler = ShardedBatches(self.train_set, info, cfg.seed, self.micro_bs)
+        if self.sampler.batches_per_epoch == 0:
             raise ValueError(
                 f"batch_size={cfg.batch_size}: a micro-batch of {self.micro_bs} is larger than this rank's "
-                f"{len(self.sampler.inner)} training samples"
+                f"{self.sampler.per_rank} training samples"
             )
         self.ckpt_path = self.run_dir / runfiles.CKPT
         self.maybe_resume()
@@ -115,9 +123,7 @@ class Trainer:
         collate = getattr(self.train_set, "collate", None)
         return DataLoader(
             self.train_set,
-            batch_size=self.micro_bs,
-            sampler=self.sampler,
-            drop_last=True,
+            batch_sampler=self.sampler,
             num_workers=self.cfg.num_workers,
             pin_memory=self.device.type == "cuda",
             collate_fn=collate,
