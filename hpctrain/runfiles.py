@@ -44,7 +44,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
-def read_json(path: Path) -> Optional[Dict[str, Any]]:
+def read_json(path: "str | Path") -> Optional[Dict[str, Any]]:
     try:
         with open(path) as f:
             data = json.load(f)
@@ -85,9 +85,10 @@ def append_event(sweep_dir: Path, idx: int, kind: str, **fields: Any) -> None:
         f.write(json.dumps({"event": kind, "time": time.time(), **fields}, default=str) + "\n")
 
 
-def read_events(sweep_dir: Path, idx: int) -> list:
+def read_events(sweep_dir: "str | Path", idx: int) -> list:
+    # plain strings, not pathlib: `status` reads one of these per run (1000s)
     try:
-        with open(events_path(sweep_dir, idx)) as f:
+        with open(os.path.join(sweep_dir, ".hpctrain", "events", f"{idx}.jsonl")) as f:
             return [json.loads(line) for line in f if line.strip()]
     except (OSError, ValueError):
         return []

@@ -4,7 +4,6 @@ Nothing here unpickles anything (a result pickle may hold objects whose import i
 the outcome is read from the pickle's first bytes, ``("success", ...)`` or ``("error", ...)``.
 """
 
-import json
 import os
 import re
 import time
@@ -29,24 +28,6 @@ def is_timeout(text: str) -> bool:
 def log_path(folder: Path, job_id: str, stream: str = "out") -> str:
     """submitit's log of rank 0: ``<folder>/<job_id>_0_log.out`` (``<array>_<task>_0_log.out`` for arrays)."""
     return os.path.join(folder, f"{job_id}_0_log.{stream}")  # a plain string: status builds thousands
-
-
-def read_events(sweep_dir: str, idx: int) -> List[Dict]:
-    """The run's events, as :func:`hpctrain.runfiles.read_events` reads them, without pathlib (status is hot)."""
-    try:
-        with open(os.path.join(sweep_dir, ".hpctrain", "events", f"{idx}.jsonl")) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except (OSError, ValueError):
-        return []
-
-
-def read_json(path: str) -> Optional[Dict]:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def tail(path: str, max_bytes: int = 8192) -> str:

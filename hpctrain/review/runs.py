@@ -181,9 +181,9 @@ def collect(sweep: Sweep) -> Snapshot:
     records = []
     sweep_dir = str(sweep.dir)
     for spec in sweep.runs:
-        metrics = jobs.read_json(os.path.join(spec.run_dir, runfiles.METRICS)) if spec.run_dir else None
+        metrics = runfiles.read_json(os.path.join(spec.run_dir, runfiles.METRICS)) if spec.run_dir else None
         metrics = metrics or {}
-        events = jobs.read_events(sweep_dir, spec.idx)
+        events = runfiles.read_events(sweep_dir, spec.idx)
         att = attempts(events, spec.job_id)
         state, note = judge.state(spec, metrics, att)
         records.append(_record(sweep, spec, metrics, events, att, state, note, now))
