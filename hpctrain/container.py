@@ -31,9 +31,15 @@ def container_command(
     return shlex.join(argv)
 
 
-def default_binds(sweep_dir: Path, project_dir: Path) -> List[str]:
-    """Shared storage the job must see: the sweep dir (runs write there) and the project."""
-    return [str(Path(sweep_dir).resolve()), str(Path(project_dir).resolve())]
+def default_binds(sweep_dir: Path, project_dir: Path, submitit_folder: Optional[Path] = None) -> List[str]:
+    """Shared storage the job must see: the sweep dir (runs write there), the project, and submitit's
+    folder (the job's pickles and logs) when it lies outside the sweep dir."""
+    binds = [Path(sweep_dir).resolve(), Path(project_dir).resolve()]
+    if submitit_folder is not None:
+        folder = Path(submitit_folder).resolve()
+        if binds[0] not in folder.parents and folder != binds[0]:
+            binds.append(folder)  # submitit creates it when it submits, before the job starts
+    return [str(b) for b in binds]
 
 
 def check_container(image: Optional[str], runtime: str, binds: Sequence[str]) -> List[str]:

@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -151,7 +151,7 @@ class Trainer:
             "step": self.step,
             "data": {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
             "rng": checkpoint.rng_state(),
-            "config": OmegaConf.to_container(self.cfg, resolve=True),
+            "config": runfiles.redacted(self.cfg),
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -309,7 +309,7 @@ class Trainer:
         self.guard.hand_over()
 
     def _hparams(self) -> Dict[str, Any]:
-        return flatten(OmegaConf.to_container(self.cfg, resolve=True))
+        return flatten(runfiles.redacted(self.cfg))
 
 
 def flatten(node: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:

@@ -244,3 +244,16 @@ def test_missing_image_fails_on_the_login_node(slurm_cluster, tmp_path, fake_bin
     assert not (sweep / ".submitit").exists()
     assert _jobs_submitted_from(tmp_path) == []
     assert _calls(tmp_path) == []
+
+
+def test_submitit_folder_outside_the_sweep_dir_is_bound(tmp_path):
+    """The job's pickles and logs must be visible inside the container wherever they are kept."""
+    image = tmp_path / "img.sif"
+    image.write_text("stand-in")
+    folder = tmp_path / "scratch" / "jobs"
+    proc = run_hpctrain(["-m", "lr=1e-3,1e-4", "hydra/launcher=slurm", "hydra.launcher.dry_run=true",
+                         f"hydra.launcher.container.image={image}", f"hydra.launcher.submitit_folder={folder}",
+                         f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
+    srun = next(line for line in proc.stdout.splitlines() if line.startswith("srun "))
+    assert f"--bind {tmp_path / 'sweep'} --bind {tmp_path} --bind {folder} {image} python" in srun
+    assert not folder.exists()  # a dry run creates nothing

@@ -85,8 +85,13 @@ def test_shell_metacharacters_are_data_on_slurm(tmp_path):
 def test_secret_environment_never_reaches_the_sweep_dir(tmp_path):
     secret = "s3cr3t-value-8d1f"
     sweep = tmp_path / "sweep"
-    run_hpctrain(["-m", "max_steps=5", "hydra/launcher=local", f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
+    # also read into the config through an interpolation, as a user wiring a logger would
+    run_hpctrain(["-m", "max_steps=5", "+auth=${oc.env:MY_API_TOKEN}", "hydra/launcher=local",
+                  f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
                  env={"MY_API_TOKEN": secret, "HF_TOKEN": secret, "DB_PASSWORD": secret})
     leaked = [p for p in sweep.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert not leaked, leaked
     assert list(sweep.rglob("metrics.json"))  # the sweep did run and write its files
+    (run_dir,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    assert state["config"]["auth"] == "<redacted>"  # the checkpoint's copy of the config says so

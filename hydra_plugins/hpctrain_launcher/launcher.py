@@ -136,7 +136,7 @@ class BaseLauncher(Launcher):
         c = self.params.container
         if not c.image:
             return self.params.python or shlex.quote(sys.executable)
-        binds = default_binds(sweep_dir, Path.cwd()) + list(c.binds)
+        binds = default_binds(sweep_dir, Path.cwd(), Path(str(self.params.submitit_folder))) + list(c.binds)
         return container_command(str(Path(c.image).absolute()), c.runtime, self.gpus_per_node() > 0, binds,
                                  list(c.args), c.python)
 
