@@ -233,17 +233,23 @@ class Trainer:
         self.model.train()
         return (total[0] / total[1].clamp(min=1)).item()
 
-    def _reduce_for_log(self, loss_acc: torch.Tensor, steps: int) -> Tuple[float, bool]:
-        """Mean train loss over the interval, across ranks, and whether any rank was signalled.
+    def _log_step(self, mean_loss: torch.Tensor, grad_norm: Optional[torch.Tensor],
+                  meter: Throughput) -> Tuple[Dict[str, float], bool]:
+        """Log the interval's mean train loss (across ranks) and say whether any rank was signalled.
 
-        One collective on log steps only; ``.item()`` here is the only host sync of the interval.
+        One collective on log steps only; ``.tolist()`` here is the only host sync of the interval.
         """
-        packed = torch.stack([loss_acc / max(steps, 1), torch.tensor(float(self.guard.requested), device=self.device)])
+        packed = torch.stack([mean_loss, torch.tensor(float(self.guard.requested), device=self.device)])
         if self.info.enabled:
             dist.all_reduce(packed)
             packed[0] /= self.info.world_size
         loss, stop = packed.tolist()
-        return loss, stop > 0
+        values = {"train/loss": loss, "train/lr": self.scheduler.get_last_lr()[0], **meter.read()}
+        if grad_norm is not None:
+            values["train/grad_norm"] = float(grad_norm)
+        self.logger.scalars(values, self.step)
+        self.logger.progress(step=self.step, metrics=values)
+        return values, stop > 0
 
     def _flops_per_step(self) -> Optional[float]:
         per_sample = getattr(self.raw_model, "flops_per_sample", None)
@@ -265,19 +271,15 @@ class Trainer:
         last: Dict[str, float] = {}
         while self.step < cfg.max_steps:
             loss, grad_norm = self.train_step(batches)
-            loss_acc += loss
+            loss_acc += loss  # stays on the device: no sync until the next log step
             interval += 1
             meter.step()
             last_step = self.step == cfg.max_steps
+            # one rank alone acts on a preemption signal at once; several agree on it at log steps
             if self.step % cfg.log_every == 0 or last_step or (not self.info.enabled and self.guard.requested):
-                mean_loss, stop = self._reduce_for_log(loss_acc, interval)
+                last, stop = self._log_step(loss_acc / interval, grad_norm, meter)
                 loss_acc.zero_()
                 interval = 0
-                last = {"train/loss": mean_loss, "train/lr": self.scheduler.get_last_lr()[0], **meter.read()}
-                if grad_norm is not None:
-                    last["train/grad_norm"] = float(grad_norm)
-                self.logger.scalars(last, self.step)
-                self.logger.progress(step=self.step, metrics=last)
                 if stop and not last_step:
                     self._preempted()
             if cfg.eval_every and self.step % cfg.eval_every == 0 and not last_step:

@@ -81,8 +81,9 @@ class BaseLauncher(Launcher):
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
 
-        done = [r for r in runs if runfiles.is_completed(r.run_dir)]
-        todo = [r for r in runs if not runfiles.is_completed(r.run_dir)]
+        completed = [runfiles.is_completed(r.run_dir) for r in runs]  # a rerun finishes what is left
+        done = [r for r, c in zip(runs, completed) if c]
+        todo = [r for r, c in zip(runs, completed) if not c]
         for r in done:
             print(f"  skip {r.name}: already completed")
         python = self.python_command(sweep_dir)
