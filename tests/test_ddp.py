@@ -64,3 +64,22 @@ def test_one_allreduce_per_optimizer_step_with_accumulation(tmp_path):
     for rank in (0, 1):
         # one bucket (small model): exactly one all-reduce per optimizer step, none on the 3 other micro-steps
         assert calls[rank] == list(range(steps)), calls[rank]
+
+
+def test_torchrun_two_processes(tmp_path):
+    """Without a launcher: torchrun's variables; every rank needs the same run dir, hence hydra.run.dir."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import hpctrain_env
+
+    run_dir = tmp_path / "run"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "-m", "hpctrain", f"hydra.run.dir={run_dir}",
+                           "max_steps=20"], cwd=tmp_path, env=hpctrain_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((run_dir / "metrics.json").read_text())
+    assert record["status"] == "completed" and record["world_size"] == 2
