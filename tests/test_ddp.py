@@ -1,13 +1,17 @@
 """DDP over gloo with several local processes: through the launcher, and the all-reduce count."""
 
+import json
 import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from conftest import run_hpctrain
+from conftest import hpctrain_env, run_hpctrain
 from trainer_helpers import compose, state_close
 
 
@@ -68,13 +72,6 @@ def test_one_allreduce_per_optimizer_step_with_accumulation(tmp_path):
 
 def test_torchrun_two_processes(tmp_path):
     """Without a launcher: torchrun's variables; every rank needs the same run dir, hence hydra.run.dir."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from conftest import hpctrain_env
-
     run_dir = tmp_path / "run"
     torchrun = Path(sys.executable).parent / "torchrun"
     proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "-m", "hpctrain", f"hydra.run.dir={run_dir}",
