@@ -20,10 +20,22 @@ def test_readme_sweep_on_local_executor(tmp_path):
         assert record["metrics"]["train/loss"] == losses[-1]
         assert (run_dir / "checkpoints" / "last.pt").is_file()
         assert (run_dir / ".hydra" / "config.yaml").is_file()
+        # the run's hyperparameters with its final metrics, for TensorBoard's HParams view
+        hparams = _hparams_tags(run_dir)
+        assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= hparams
+        assert tb_scalars(run_dir, "final/train_loss") == [losses[-1]]
     # the summary: one line per run with its values, status, loss and TensorBoard path
     for line in ("lr=0.001", "lr=0.0001"):
         assert any(line in row and "completed" in row and "loss=" in row and "/tb" in row
                    for row in proc.stdout.splitlines())
+
+
+def _hparams_tags(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"))
+    acc.Reload()
+    return set(acc.PluginTagToContent("hparams"))
 
 
 def test_single_run_in_process(tmp_path):

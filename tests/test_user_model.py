@@ -40,3 +40,5 @@ def test_builtin_cnn_and_gpt_train(tmp_path):
         run_hpctrain(args + ["max_steps=40", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
         losses = tb_scalars(run_dir, "train/loss")
         assert losses[-1] < losses[0], (name, losses)
+    assert tb_scalars(tmp_path / "gpt", "perf/tokens_per_s")  # an LM reports tokens/s too
+    assert tb_scalars(tmp_path / "cnn", "perf/samples_per_s")
