@@ -32,8 +32,9 @@ def train(cfg: DictConfig) -> Dict[str, Any]:
         raise ValueError("; ".join(problems))
 
     from hpctrain.distributed import init_distributed, teardown
-    from hpctrain.trainer import Trainer, error_tail
+    from hpctrain.trainer import Trainer
 
+    attempt_started = time.time()
     info = init_distributed(cfg.device)
     try:
         trainer = Trainer(cfg, run_dir, info)
@@ -41,12 +42,33 @@ def train(cfg: DictConfig) -> Dict[str, Any]:
         log.info("run %s: step %d, train/loss %.4f", run_dir, result["step"], result["metrics"].get("train/loss", float("nan")))
         return result
     except Exception as exc:
-        # every rank may write: the write is atomic and each holds a real error
-        runfiles.update_metrics(run_dir, status=runfiles.FAILED, error=error_tail(exc), failed_rank=info.rank,
-                                failed_at=time.time())
+        record_failure(run_dir, exc, info.rank, attempt_started)
         raise
     finally:
         teardown()
+
+
+# What a rank sees when another rank of the job died (gloo, NCCL): the fallout, not the cause.
+_FALLOUT = ("Connection closed by peer", "Connection reset by peer", "remote worker", "NCCL communicator",
+            "Watchdog caught collective operation timeout", "DistBackendError")
+
+
+def record_failure(run_dir: Path, exc: BaseException, rank: int, attempt_started: float) -> None:
+    """metrics.json says failed with the error that caused it: a rank's own error wins over the
+    collective errors the other ranks then see, whichever rank gets there first."""
+    from hpctrain.trainer import error_tail
+
+    error = error_tail(exc)
+    fallout = any(marker in f"{type(exc).__name__}: {exc}" for marker in _FALLOUT)
+    if fallout:
+        time.sleep(2.0)  # let the failing rank record its own error first
+    record = runfiles.read_metrics(run_dir) or {}
+    this_attempt = record.get("status") == runfiles.FAILED and record.get("failed_at", 0) >= attempt_started
+    if this_attempt and (fallout or not record.get("fallout")):
+        log.error("rank %d failed too: %s", rank, error.splitlines()[-1] if error else exc)
+        return
+    runfiles.update_metrics(run_dir, status=runfiles.FAILED, error=error, failed_rank=rank, fallout=fallout,
+                            failed_at=time.time())
 
 
 # The launcher calls this on the login node for every sweep point before submitting anything.

@@ -90,6 +90,11 @@ class Trainer:
         splits = build_data(cfg.data)
         self.train_set, self.val_set = splits.train, splits.val
         self.raw_model = build_model(cfg.model).to(self.device)
+        if info.is_main:
+            # before DDP's first collective: no other rank can fail (and record it) before this is written
+            runfiles.update_metrics(self.run_dir, status=runfiles.RUNNING, error=None, max_steps=cfg.max_steps,
+                                    started=time.time(), world_size=info.world_size, host=socket.gethostname(),
+                                    pid=os.getpid())
         self.model = self._wrap(self.raw_model)
         self.optimizer = build_optimizer(cfg.optim, self.raw_model, cfg.lr, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -264,8 +269,7 @@ class Trainer:
         self.model.train()
         self.guard.install()
         started = time.time()
-        self.logger.progress(status=runfiles.RUNNING, step=self.step, max_steps=cfg.max_steps, started=started,
-                             error=None, world_size=self.info.world_size, host=socket.gethostname(), pid=os.getpid())
+        self.logger.progress(step=self.step)
         batches = self.batches()
         loss_acc, interval = torch.zeros((), device=self.device), 0
         last: Dict[str, float] = {}

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -40,3 +41,18 @@ def test_exception_is_recorded_with_its_traceback_on_local(tmp_path):
     assert "RuntimeError: Boom: this model always fails" in record["error"]
     assert "Traceback" in record["error"] or "line" in record["error"]
     assert metrics(fine)["status"] == "completed"
+
+
+@pytest.mark.usefixtures("slurm_cluster")
+def test_a_failing_rank_takes_the_job_down_instead_of_hanging_it(tmp_path):
+    sweep = tmp_path / "sweep"
+    start = time.time()
+    proc = run_hpctrain(["-m", "model._target_=user_models.RankOneFails", "max_steps=50", "hydra/launcher=slurm",
+                         "hydra.launcher.tasks_per_node=2", "hydra.launcher.max_retries=0",
+                         "hydra.launcher.wait=true", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, check=False,
+                        timeout=300)
+    assert proc.returncode != 0
+    assert time.time() - start < 120  # not the 600 s collective timeout
+    (run_dir,) = run_dirs(sweep)
+    record = metrics(run_dir)
+    assert record["status"] == "failed" and "RankOneFails: rank 1 is out" in record["error"]

@@ -62,6 +62,9 @@ class SlurmLauncher(BaseLauncher):
             out["mem"] = _convert_mem(float(out["mem"]))
         out["additional_parameters"] = dict(out.get("additional_parameters") or {})
         out["srun_args"] = list(out.get("srun_args") or [])
+        if not any(a.startswith(("--kill-on-bad-exit", "-K")) for a in out["srun_args"]):
+            # a rank that dies takes the step down, instead of leaving the others blocked in a collective
+            out["srun_args"].insert(0, "--kill-on-bad-exit=1")
         out["teardown"] = self.teardown_lines(python, sweep_dir)
         return out
 

@@ -57,3 +57,12 @@ def sign_data(num_features: int, num_classes: int, train_size: int, seed: int = 
     x = torch.randn(train_size, num_features, generator=g)
     y = (x[:, 0] > 0).long() % num_classes
     return torch.utils.data.TensorDataset(x, y)
+
+
+class RankOneFails(TinyNet):
+    """Rank 1 raises on its first step; rank 0 would wait in the gradient all-reduce for it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if os.environ.get("RANK") == "1":
+            raise RuntimeError("RankOneFails: rank 1 is out")
+        return super().forward(x)
