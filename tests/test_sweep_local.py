@@ -64,3 +64,13 @@ def test_local_runs_in_parallel_up_to_max_parallel(tmp_path):
     assert events[:3] == ["started", "started", "ended"]  # two at once, the third waits for a free slot
     assert events.count("started") == 3 and "2 run(s) on this machine" not in proc.stdout
     assert "3 run(s) on this machine, 2 at a time" in proc.stdout
+
+
+def test_sweep_from_a_file_with_command_line_values(tmp_path):
+    """conf/sweep/lr_seed.yaml sweeps lr x seed; a command-line value replaces the file's seeds."""
+    proc = run_hpctrain(["-m", "+sweep=lr_seed", "seed=5,6,7", "hydra/launcher=slurm", "hydra.launcher.dry_run=true",
+                         f"hydra.sweep.dir={tmp_path / 's'}"], cwd=tmp_path)
+    runs = proc.stdout.split("runs (")[1].splitlines()[1:-1]  # the run list after the sbatch script
+    names = [line.split()[-1].rsplit("/", 1)[-1] for line in runs]
+    assert names == [f"{i}_lr={lr},seed={seed}" for i, (lr, seed) in
+                     enumerate((lr, seed) for lr in ("0.001", "0.003") for seed in (5, 6, 7))]
