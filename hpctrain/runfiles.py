@@ -96,22 +96,22 @@ def is_completed(run_dir: Path) -> bool:
 
 
 # ---------------------------------------------------------------- sweep-level files (launcher-owned)
-def events_path(sweep_dir: Path, idx: int) -> Path:
-    return Path(sweep_dir) / ".hpctrain" / "events" / f"{idx}.jsonl"
+def events_path(sweep_dir: "str | Path", idx: int) -> str:
+    # plain strings, not pathlib: `status` reads one of these per run (1000s)
+    return os.path.join(sweep_dir, ".hpctrain", "events", f"{idx}.jsonl")
 
 
 def append_event(sweep_dir: Path, idx: int, kind: str, **fields: Any) -> None:
     """One line per attempt's start, failure or retry: how `status` counts restarts."""
     path = events_path(sweep_dir, idx)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps({"event": kind, "time": time.time(), **fields}, default=str) + "\n")
 
 
 def read_events(sweep_dir: "str | Path", idx: int) -> list:
-    # plain strings, not pathlib: `status` reads one of these per run (1000s)
     try:
-        with open(os.path.join(sweep_dir, ".hpctrain", "events", f"{idx}.jsonl")) as f:
+        with open(events_path(sweep_dir, idx)) as f:
             return [json.loads(line) for line in f if line.strip()]
     except (OSError, ValueError):
         return []

@@ -67,10 +67,8 @@ class SweepJob:
         runfiles.append_event(sweep_dir, idx, "failed", job_id=env.job_id, error=repr(ret._return_value)[:500])
         if failures >= self.max_retries:
             return  # out of retries: the run ends failed (metrics.json says so)
-        run_dir = Path(str(ret.working_dir)) if ret.working_dir else None
-        if ret.hydra_cfg is not None:
-            run_dir = Path(ret.hydra_cfg.hydra.runtime.output_dir)
-        if run_dir is not None and (run_dir / runfiles.METRICS).exists():
+        run_dir = Path(ret.hydra_cfg.hydra.runtime.output_dir)  # run_job sets it before the task starts
+        if (run_dir / runfiles.METRICS).exists():
             runfiles.update_metrics(run_dir, status=runfiles.RETRYING, retry=failures + 1)
         runfiles.append_event(sweep_dir, idx, "retry", attempt=failures + 1, of=self.max_retries)
         print(f"hpctrain: run {idx} failed; requeued (retry {failures + 1} of {self.max_retries})", file=sys.stderr)

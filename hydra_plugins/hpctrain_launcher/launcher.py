@@ -178,6 +178,16 @@ class BaseLauncher(Launcher):
             manifest["runs"][str(idx)]["job_id"] = job_id
         runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
 
+    def report_results(self, runs: List[Run], returns: List[JobReturn], sweep_dir: Path) -> List[JobReturn]:
+        """One line per ended run, the counts, and a non-zero exit (LaunchError) when a run failed."""
+        print(f"sweep {sweep_dir}:")
+        print("\n".join(summary_lines(runs)))
+        failed = sum(r.status == JobStatus.FAILED for r in returns)
+        print(f"{len(runs) - failed} completed, {failed} failed.  Next: python -m hpctrain report {sweep_dir}")
+        if failed:
+            raise LaunchError(f"{failed} of {len(runs)} run(s) failed: their metrics.json hold the errors")
+        return returns
+
     def _collect(self, run: Run, job: Any) -> JobReturn:
         """The finished job's return value (rank 0's), or its exception as a failed JobReturn."""
         ret = self._placeholder(run, JobStatus.COMPLETED)

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any, List
 
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn
 
 from .ended import mark_ended
-from .launcher import BaseLauncher, LaunchError, Run, summary_lines
+from .launcher import BaseLauncher, Run
 
 
 def visible_gpus() -> List[int]:
@@ -98,13 +98,4 @@ class LocalLauncher(BaseLauncher):
         print(f"  ended   #{run.idx} (exit code {code})", flush=True)
 
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
-        returns = []
-        for run, job in zip(runs, jobs):
-            returns.append(self._collect(run, job))
-        print(f"sweep {sweep_dir}:")
-        print("\n".join(summary_lines(runs)))
-        failed = sum(r.status == JobStatus.FAILED for r in returns)
-        print(f"{len(runs) - failed} completed, {failed} failed.  Next: python -m hpctrain report {sweep_dir}")
-        if failed:
-            raise LaunchError(f"{failed} of {len(runs)} run(s) failed: their metrics.json hold the errors")
-        return returns
+        return self.report_results(runs, [self._collect(run, job) for run, job in zip(runs, jobs)], sweep_dir)

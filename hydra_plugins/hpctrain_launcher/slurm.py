@@ -16,7 +16,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hpctrain import runfiles
 from hpctrain.review.queue import squeue_states
 
-from .launcher import BaseLauncher, LaunchError, Run, summary_lines
+from .launcher import BaseLauncher, LaunchError, Run
 
 # hpctrain/submitit generic name -> submitit SlurmExecutor (sbatch) parameter
 SBATCH_NAMES = {
@@ -49,7 +49,7 @@ class SlurmLauncher(BaseLauncher):
     def world_size(self) -> int:
         return int(self.params.nodes) * self.tasks_per_node()
 
-    def sbatch_parameters(self, python: str, sweep_dir: Path) -> Dict[str, Any]:
+    def sbatch_parameters(self, python: str) -> Dict[str, Any]:
         from submitit.slurm.slurm import _convert_mem
 
         values = {k: self.params[k] for k in SBATCH_NAMES if k in self.params}
@@ -65,10 +65,10 @@ class SlurmLauncher(BaseLauncher):
         if not any(a.startswith(("--kill-on-bad-exit", "-K")) for a in out["srun_args"]):
             # a rank that dies takes the step down, instead of leaving the others blocked in a collective
             out["srun_args"].insert(0, "--kill-on-bad-exit=1")
-        out["teardown"] = self.teardown_lines(python, sweep_dir)
+        out["teardown"] = self.teardown_lines(python)
         return out
 
-    def teardown_lines(self, python: str, sweep_dir: Path) -> List[str]:
+    def teardown_lines(self, python: str) -> List[str]:
         """After srun: a run whose tasks died without a word (killed, OOM) is marked failed."""
         runs_file = self.base.with_suffix(".runs.json")
         return [
@@ -83,7 +83,7 @@ class SlurmLauncher(BaseLauncher):
         executor = submitit.SlurmExecutor(
             folder=str(self.params.submitit_folder), max_num_timeout=int(self.params.max_num_timeout), python=python
         )
-        executor.update_parameters(**self.sbatch_parameters(python, sweep_dir))
+        executor.update_parameters(**self.sbatch_parameters(python))
         return executor.map_array(job, [r.idx for r in runs], [r.overrides for r in runs])
 
     def dry_run_text(self, runs: List[Run], python: str, sweep_dir: Path) -> str:
@@ -92,7 +92,7 @@ class SlurmLauncher(BaseLauncher):
         # absolute, as submitit makes it (Path(folder).absolute()): the text is what sbatch would get
         folder = str(Path(str(self.params.submitit_folder)).expanduser().absolute())
         command = " ".join([python, "-u -m submitit.core._submit", shlex.quote(folder)])
-        params = self.sbatch_parameters(python, sweep_dir)
+        params = self.sbatch_parameters(python)
         if len(runs) > 1:
             params["map_count"] = len(runs)
         return _make_sbatch_string(command=command, folder=folder, **params)
@@ -131,11 +131,7 @@ class SlurmLauncher(BaseLauncher):
                 ret = self._placeholder(run, JobStatus.FAILED)
                 ret._return_value = LaunchError(f"run {run.idx} ended without a result (see {job.paths.stderr})")
                 returns.append(ret)
-        print("\n".join(summary_lines(runs)))
-        failed = sum(r.status == JobStatus.FAILED for r in returns)
-        if failed:
-            raise LaunchError(f"{failed} of {len(runs)} run(s) failed: their metrics.json hold the errors")
-        return returns
+        return self.report_results(runs, returns, sweep_dir)
 
     # ------------------------------------------------------------------ login-node checks
     def check_resources(self) -> List[str]:
