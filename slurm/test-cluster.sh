@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # A real, single-host Slurm test cluster for hpctrain's tests and for trying
 # things by hand: two virtual nodes n1, n2 (2 CPUs, 4000 MB, 2 fake GPUs each)
-# run by two slurmd on this host, one slurmctld, munge for auth.
+# run by two slurmd on this host, one slurmctld, munge for auth, and accounting
+# (slurmdbd on a MariaDB of its own), so that `sacct` answers as on real sites.
+# The GPUs are fake (symlinks to /dev/null, scheduling only).
+# TaskPlugin=task/affinity binds each task to its CPUs; MaxArraySize is
+# Slurm's default (1001).
 #
 #   slurm/test-cluster.sh start    install packages if missing, write config, start daemons
 #   slurm/test-cluster.sh stop     stop the daemons this script started (by PID file)
@@ -23,7 +27,10 @@ SLURM_CONF_FILE="$CONF_DIR/slurm.conf"
 GRES_CONF_FILE="$CONF_DIR/gres.conf"
 MARKER="# hpctrain-test-cluster"
 NODES=(n1 n2)
-PACKAGES=(slurmctld slurmd slurm-client munge)
+PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server)
+DB_PORT=13306      # MariaDB on 127.0.0.1 only (not the default 3306: a system MariaDB may use it)
+DBD_PORT=16819     # slurmdbd on 127.0.0.1
+DB_PASS=hpctrain-test  # a throwaway local test database, reachable only from this host
 START_TIMEOUT_S="${HPCTRAIN_SLURM_START_TIMEOUT:-60}"
 STOP_TIMEOUT_S=20
 
@@ -155,7 +162,8 @@ SchedulerParameters=sched_interval=2,bf_interval=1
 # a cancelled job step gets SIGKILL 5 s after SIGTERM (default 30 s): nodes leave COMPLETING sooner
 KillWait=5
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+# binds each task to its CPUs, as production sites do (srun must then be given its CPU count)
+TaskPlugin=task/affinity
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 # Without this each job takes a whole node.
@@ -168,8 +176,13 @@ ReturnToService=2
 EnforcePartLimits=ALL
 MailProg=/bin/true
 MpiDefault=none
-MaxArraySize=10001
+# Slurm's default: the largest array index is 1000 (sweeps beyond it are split into several arrays)
+MaxArraySize=1001
 GresTypes=gpu
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$STATE_DIR/jobcomp.txt
 StateSaveLocation=$STATE_DIR/state
@@ -178,7 +191,7 @@ SlurmctldLogFile=$STATE_DIR/log/slurmctld.log
 SlurmdPidFile=$STATE_DIR/slurmd-%n.pid
 SlurmdSpoolDir=$STATE_DIR/spool/slurmd-%n
 SlurmdLogFile=$STATE_DIR/log/slurmd-%n.log
-NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=[17001-17002] CPUs=2 RealMemory=4000 Gres=gpu:2 State=UNKNOWN
+NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=[17001-17002] CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=4000 Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=short Nodes=n1 Default=NO MaxTime=10 State=UP
 EOF
@@ -189,7 +202,27 @@ render_gres_conf() {
 $MARKER state_dir=$STATE_DIR
 # Fake GPUs (scheduling only, no CUDA): symlinks to /dev/null.
 AutoDetect=off
+# A type and core affinity, so that nodes print gpu:tesla:2(S:0) as real clusters do.
 NodeName=n[1-2] Name=gpu File=$STATE_DIR/dev/nvidia[0-1]
+EOF
+}
+
+render_slurmdbd_conf() {
+    cat <<EOF
+$MARKER state_dir=$STATE_DIR
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=$DB_PASS
+StorageLoc=slurm_acct_db
+PidFile=$STATE_DIR/slurmdbd.pid
+LogFile=$STATE_DIR/log/slurmdbd.log
 EOF
 }
 
@@ -252,6 +285,52 @@ start_munge() {
     done
 }
 
+# MariaDB with its data in the state dir, on 127.0.0.1:$DB_PORT, for slurmdbd only.
+start_mariadb() {
+    local dir="$STATE_DIR/mariadb" t=0  # owned by mysql: data, socket, pid file and log
+    pidfile_alive "$dir/mysqld.pid" mariadbd && return 0
+    install -d -o mysql -g mysql "$dir"
+    if [[ ! -d "$dir/data/mysql" ]]; then
+        log "initialising the accounting database in $dir/data"
+        mariadb-install-db --user=mysql --datadir="$dir/data" --auth-root-authentication-method=socket \
+            --skip-test-db >"$STATE_DIR/log/mariadb-install.log" 2>&1 ||
+            die "mariadb-install-db failed; see $STATE_DIR/log/mariadb-install.log"
+    fi
+    log "starting mariadbd (127.0.0.1:$DB_PORT)"
+    rm -f "$dir/mysqld.pid"
+    runuser -u mysql -- /usr/sbin/mariadbd --no-defaults --datadir="$dir/data" --socket="$dir/mysqld.sock" \
+        --pid-file="$dir/mysqld.pid" --bind-address=127.0.0.1 --port="$DB_PORT" --skip-name-resolve \
+        --innodb-buffer-pool-size=32M --log-error="$dir/mariadbd.log" 9>&- </dev/null >/dev/null 2>&1 &
+    until mariadb --socket="$dir/mysqld.sock" -e 'select 1' >/dev/null 2>&1; do
+        ((t >= 300)) && die "mariadbd did not start; see $dir/mariadbd.log"
+        sleep 0.1
+        t=$((t + 1))
+    done
+    mariadb --socket="$dir/mysqld.sock" -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+        CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" || die "cannot create the accounting database"
+}
+
+start_slurmdbd() {
+    local t=0
+    if ! pidfile_alive "$STATE_DIR/slurmdbd.pid" slurmdbd; then
+        log "starting slurmdbd (127.0.0.1:$DBD_PORT)"
+        rm -f "$STATE_DIR/slurmdbd.pid"
+        /usr/sbin/slurmdbd 9>&-
+        wait_pidfile "$STATE_DIR/slurmdbd.pid" slurmdbd 15 ||
+            die "slurmdbd did not start; see $STATE_DIR/log/slurmdbd.log"
+    fi
+    # The cluster must be known to the database before slurmctld registers with it.
+    until sacctmgr -n -P show cluster format=cluster >/dev/null 2>&1; do
+        ((t >= 150)) && die "slurmdbd does not answer; see $STATE_DIR/log/slurmdbd.log"
+        sleep 0.1
+        t=$((t + 1))
+    done
+    if ! sacctmgr -n -P show cluster format=cluster 2>/dev/null | grep -qx hpctrain-test; then
+        sacctmgr -i add cluster hpctrain-test >/dev/null || die "sacctmgr add cluster failed"
+    fi
+}
+
 start_slurmctld() {
     pidfile_alive "$STATE_DIR/slurmctld.pid" slurmctld && return 0
     log "starting slurmctld (state kept in $STATE_DIR/state)"
@@ -276,6 +355,8 @@ stop_slurm_daemons() {
     local n
     for n in "${NODES[@]}"; do stop_pidfile "$STATE_DIR/slurmd-$n.pid" slurmd; done
     stop_pidfile "$STATE_DIR/slurmctld.pid" slurmctld
+    stop_pidfile "$STATE_DIR/slurmdbd.pid" slurmdbd
+    stop_pidfile "$STATE_DIR/mariadb/mysqld.pid" mariadbd
 }
 
 # slurmd_registered_since NODE EPOCH: true if NODE's slurmd registered at or after EPOCH.
@@ -333,11 +414,15 @@ cmd_start() {
     ensure_hosts
     install_conf "$SLURM_CONF_FILE" "$(render_slurm_conf)" && changed=1
     install_conf "$GRES_CONF_FILE" "$(render_gres_conf)" && changed=1
+    install_conf "$CONF_DIR/slurmdbd.conf" "$(render_slurmdbd_conf)" && changed=1
+    chmod 0600 "$CONF_DIR/slurmdbd.conf"  # slurmdbd refuses a readable one (it holds the DB password)
     if ((changed)) && pidfile_alive "$STATE_DIR/slurmctld.pid" slurmctld; then
         log "config changed: restarting slurm daemons (state is kept)"
         stop_slurm_daemons
     fi
     start_munge
+    start_mariadb
+    start_slurmdbd
     start_slurmctld
     local n since=0
     for n in "${NODES[@]}"; do
@@ -349,7 +434,7 @@ cmd_start() {
     done
     wait_nodes_up "$since" || die "cluster did not come up; logs in $STATE_DIR/log"
     echo "test-cluster: up in $((SECONDS - t0))s: nodes ${NODES[*]} (2 CPUs, 4000 MB, gpu:2 each)," \
-        "partitions debug (default) + short; state $STATE_DIR"
+        "partitions debug (default) + short, accounting (sacct); state $STATE_DIR"
 }
 
 cmd_stop() {
@@ -388,6 +473,8 @@ cmd_status() {
         printf '  %-16s not running\n' munged
         up=1
     fi
+    show mariadbd "$STATE_DIR/mariadb/mysqld.pid" mariadbd || up=1
+    show slurmdbd "$STATE_DIR/slurmdbd.pid" slurmdbd || up=1
     show slurmctld "$STATE_DIR/slurmctld.pid" slurmctld || up=1
     for n in "${NODES[@]}"; do show "slurmd -N $n" "$STATE_DIR/slurmd-$n.pid" slurmd || up=1; done
     echo "sinfo:"
