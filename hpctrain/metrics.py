@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from hpctrain import runfiles
+from hpctrain import record, runfiles
 
 # Dense bf16 peak FLOP/s by device name (vendor data sheets; torchtitan uses the same figures).
 PEAK_FLOPS = {
@@ -70,7 +70,8 @@ class RunLogger(NullLogger):
             self.writer.add_scalar(tag, value, step)
 
     def progress(self, **fields: Any) -> None:
-        runfiles.update_metrics(self.run_dir, **fields)
+        fields.pop("status", None)  # the run record decides the status
+        record.write_summary(self.run_dir, **fields)
 
     def finish(self, hparams: Dict[str, Any], final: Dict[str, float]) -> None:
         """Write the run's hyperparameters with its final metrics (TensorBoard's HParams view)."""

@@ -52,6 +52,9 @@ from hpctrain import runfiles
 
 PathLike = Union[str, Path]
 RECORD_DIR = os.path.join(".hpctrain", "record")
+# Set by the launcher's job wrapper for the task function: the wrapper keeps the record of this run;
+# an app run without it (``python -m hpctrain`` in run mode) keeps its own.
+RECORDED_ENV = "HPCTRAIN_RECORDED"
 
 
 class State(str, Enum):
