@@ -269,8 +269,32 @@ def state_of(run_dir: PathLike) -> Optional[str]:
     return (runfiles.read_metrics(Path(run_dir)) or {}).get("status")
 
 
-def is_completed(run_dir: PathLike) -> bool:
-    return state_of(run_dir) == State.COMPLETED.value
+def is_completed(run_dir: PathLike, app: Optional[str] = None) -> bool:
+    """Completed; with ``app`` (a fingerprint of the task function's code), completed by that same code:
+    a rerun of an edited script runs again, a rerun after a crash skips what is done."""
+    rs = read(run_dir)
+    if rs.state is None:
+        return (runfiles.read_metrics(Path(run_dir)) or {}).get("status") == State.COMPLETED.value
+    if rs.state is not State.COMPLETED:
+        return False
+    if app is None:
+        return True
+    done = [e for e in rs.events if e.kind == COMPLETED][-1].data().get("app")
+    return done is None or done == app
+
+
+def app_fingerprint(task_function: Any) -> str:
+    """The task function's name and a hash of its source file: what "the same app" means for reruns."""
+    import hashlib
+    import inspect
+
+    name = f"{getattr(task_function, '__module__', '')}.{getattr(task_function, '__qualname__', '')}"
+    try:
+        with open(inspect.getsourcefile(task_function) or "", "rb") as f:
+            digest = hashlib.sha1(f.read()).hexdigest()[:12]
+    except (OSError, TypeError):
+        digest = "?"
+    return f"{name}@{digest}"
 
 
 def retry_allowed(run_dir: PathLike, max_retries: int) -> Optional[int]:

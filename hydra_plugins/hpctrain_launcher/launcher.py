@@ -81,7 +81,8 @@ class BaseLauncher(Launcher):
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
 
-        completed = [record.is_completed(r.run_dir) for r in runs]  # a rerun finishes what is left
+        app = record.app_fingerprint(self.task_function)
+        completed = [record.is_completed(r.run_dir, app) for r in runs]  # a rerun finishes what is left
         done = [r for r, c in zip(runs, completed) if c]
         todo = [r for r, c in zip(runs, completed) if not c]
         for r in done:
@@ -104,7 +105,7 @@ class BaseLauncher(Launcher):
         payload = self.base.with_suffix(".pkl")
         save_payload(payload, self.hydra_context, self.task_function, self.config)
         runfiles.write_json_atomic(payload.with_suffix(".runs.json"), [str(r.run_dir) for r in todo])
-        job = SweepJob(str(payload), str(sweep_dir))
+        job = SweepJob(str(payload), str(sweep_dir), app)
         self.record_submission(sweep_dir, todo)
         jobs = self.submit(todo, job, python, sweep_dir)
         self.record_job_ids(sweep_dir, {r.idx: str(j.job_id) for r, j in zip(todo, jobs)})
@@ -154,7 +155,10 @@ class BaseLauncher(Launcher):
     def record_submission(self, sweep_dir: Path, runs: List[Run]) -> None:
         """Before anything starts: this submission's runs in sweep.json and in their event logs."""
         manifest = runfiles.read_manifest(sweep_dir) or {"runs": {}, "submissions": []}
-        manifest.update(launcher=self.kind, app=getattr(self.task_function, "__module__", None),
+        app = getattr(self.task_function, "__module__", None)
+        if app == "__main__":  # a script run as `python train.py`: the script is the app
+            app = os.path.abspath(sys.argv[0])
+        manifest.update(launcher=self.kind, app=app,
                         submitit_folder=str(self.params.submitit_folder), launcher_pid=os.getpid())
         manifest["submissions"].append({"time": time.time(), "job_ids": [], "runs": [r.idx for r in runs],
                                         "launcher_pid": os.getpid()})
