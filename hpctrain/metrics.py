@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from hpctrain import record, runfiles
+from hpctrain import compat, record, runfiles
 
 # Dense bf16 peak FLOP/s by device name (vendor data sheets; torchtitan uses the same figures).
 PEAK_FLOPS = {
@@ -78,7 +78,7 @@ class RunLogger(NullLogger):
         from torch.utils.tensorboard.summary import hparams as hparams_summary
 
         exp, ssi, sei = hparams_summary(hparams, final)
-        file_writer = self.writer._get_file_writer()
+        file_writer = compat.file_writer(self.writer)
         for summary in (exp, ssi, sei):
             file_writer.add_summary(summary)
         step = int(final.get("step", 0))

@@ -4,7 +4,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import hpctrain_env
+
+pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 
 
 def _imported_modules(stderr: str) -> set:

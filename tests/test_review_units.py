@@ -19,6 +19,8 @@ from hpctrain.review.ranking import default_metric, default_mode, rank, reproduc
 from hpctrain.review.runs import RunRecord, collect
 from hpctrain.review.sweep import RunSpec, SweepError, expected_runs, find_sweep_dir, load_sweep, parse_overrides, swept_keys
 
+pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
+
 
 def make_sweep(root: Path, runs: dict, launcher: str = "slurm") -> Path:
     """``runs``: {idx: {"metrics": {...} | None, "record": [(transition, kwargs)], "err": str, "job_id": str}}."""

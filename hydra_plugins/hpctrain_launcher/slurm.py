@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from hpctrain import cluster, record
+from hpctrain import cluster, compat, record
 
 from .launcher import BaseLauncher, LaunchError, Run
 
@@ -47,8 +47,6 @@ class SlurmLauncher(BaseLauncher):
         return int(self.params.nodes) * self.tasks_per_node()
 
     def sbatch_parameters(self, python: str) -> Dict[str, Any]:
-        from submitit.slurm.slurm import _convert_mem
-
         values = {k: self.params[k] for k in SBATCH_NAMES if k in self.params}
         values["tasks_per_node"] = self.tasks_per_node()
         values["gpus_per_node"] = self.gpus_per_node() or None
@@ -56,7 +54,7 @@ class SlurmLauncher(BaseLauncher):
         out = {SBATCH_NAMES.get(k, k): v for k, v in values.items() if v is not None and v != {} and v != []}
         out["setup"] = values["setup"]
         if "mem" in out:
-            out["mem"] = _convert_mem(float(out["mem"]))
+            out["mem"] = compat.convert_mem(float(out["mem"]))
         out["additional_parameters"] = dict(out.get("additional_parameters") or {})
         out["srun_args"] = list(out.get("srun_args") or [])
         if not any(a.startswith(("--kill-on-bad-exit", "-K")) for a in out["srun_args"]):
@@ -85,15 +83,13 @@ class SlurmLauncher(BaseLauncher):
                                   [str(r.run_dir) for r in runs])
 
     def dry_run_text(self, runs: List[Run], python: str, sweep_dir: Path) -> str:
-        from submitit.slurm.slurm import _make_sbatch_string
-
         # absolute, as submitit makes it (Path(folder).absolute()): the text is what sbatch would get
         folder = str(Path(str(self.params.submitit_folder)).expanduser().absolute())
         command = " ".join([python, "-u -m submitit.core._submit", shlex.quote(folder)])
         params = self.sbatch_parameters(python)
         if len(runs) > 1:
             params["map_count"] = len(runs)
-        return _make_sbatch_string(command=command, folder=folder, **params)
+        return compat.make_sbatch_string(command=command, folder=folder, **params)
 
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         array_id = cluster.split_job_id(str(jobs[0].job_id))[0]
