@@ -70,8 +70,7 @@ class RunLogger(NullLogger):
             self.writer.add_scalar(tag, value, step)
 
     def progress(self, **fields: Any) -> None:
-        fields.pop("status", None)  # the run record decides the status
-        record.write_summary(self.run_dir, **fields)
+        record.write_summary(self.run_dir, **fields)  # the status is the run record's, where there is one
 
     def finish(self, hparams: Dict[str, Any], final: Dict[str, float]) -> None:
         """Write the run's hyperparameters with its final metrics (TensorBoard's HParams view)."""
