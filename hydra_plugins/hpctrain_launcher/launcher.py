@@ -224,14 +224,16 @@ def _check_writable(sweep_dir: Path) -> List[str]:
 
 
 def summary_lines(runs: List[Run]) -> List[str]:
-    """One line per run: its values, status, final loss, where its TensorBoard logs are."""
+    """One line per run: its values, state, final loss (or the first metric a foreign app returned), where
+    its TensorBoard logs are."""
     lines = []
     for run in runs:
-        summary = runfiles.read_metrics(run.run_dir) or {}
-        metrics = summary.get("metrics") or {}
-        name, value = next(((k, v) for k, v in metrics.items() if k == "train/loss"), next(iter(metrics.items()), ("loss", None)))
-        value_s = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
+        metrics = (runfiles.read_metrics(run.run_dir) or {}).get("metrics") or {}
+        name = "train/loss" if "train/loss" in metrics else next(iter(metrics), "loss")
+        value = metrics.get(name)
+        shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
         values = " ".join(filter_overrides(run.overrides)) or "(defaults)"
         state = record.state_of(run.run_dir) or "unknown"
-        lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name}={value_s:<8} tb={run.run_dir / runfiles.TB_DIR}")
+        lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name.split('/')[-1]}={shown:<8} "
+                     f"tb={run.run_dir / runfiles.TB_DIR}")
     return lines
