@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import List
 
+from hpctrain import record
+
 ARRAY_ID = "987650"  # a job id the test cluster never reaches: squeue is asked and knows nothing of it
 
 
@@ -33,7 +35,7 @@ def _copy_run(src: Path, dest: Path) -> None:
         except OSError:
             shutil.copy2(a, b)
 
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("checkpoints", "metrics.json"),
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("checkpoints", "metrics.json", ".hpctrain"),
                     copy_function=link_or_copy)
 
 
@@ -49,12 +51,11 @@ def build_sweep(source: Path, dest: Path, n: int = 1000) -> Path:
     if not templates:
         raise SystemExit(f"{source}: no completed run to copy")
     folder = dest / ".submitit"
-    events = dest / ".hpctrain" / "events"
     folder.mkdir(parents=True)
-    events.mkdir(parents=True)
     shutil.copy2(source / "multirun.yaml", dest / "multirun.yaml")
     runs = {}
     now = time.time()
+    record_error = "Traceback (most recent call last):\nRuntimeError: synthetic failure"
     for i in range(n):
         run_dir, metrics, spec = templates[i % len(templates)]
         lr = f"{10 ** -(1 + 3 * i / n):.3g}"
@@ -65,16 +66,19 @@ def build_sweep(source: Path, dest: Path, n: int = 1000) -> Path:
         if i % 20 == 7:
             continue  # never started: no run dir, no log
         _copy_run(run_dir, dest / name)
-        record = dict(metrics)
+        summary = dict(metrics)
         if i % 10 == 9:
-            record.update(status="failed", error="Traceback (most recent call last):\nRuntimeError: synthetic failure")
+            summary.update(status="failed", error=record_error)
         elif i % 10 == 8:
-            record.update(status="running", step=(metrics.get("max_steps") or 2) // 2, updated=now, started=now - 60)
-        (dest / name / "metrics.json").write_text(json.dumps(record))
-        start = {"event": "start", "time": now - 60, "job_id": job_id}
-        lines = [start] + ([{"event": "failed", "time": now, "job_id": job_id, "error": "RuntimeError"}]
-                           if i % 10 == 9 else [])
-        (events / f"{i}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+            summary.update(status="running", step=(metrics.get("max_steps") or 2) // 2, updated=now, started=now - 60)
+        (dest / name / "metrics.json").write_text(json.dumps(summary))
+        run = dest / name  # its record, written with the record's own transitions
+        record.submitted(run)
+        record.started(run, job_id=job_id)
+        if i % 10 == 9:
+            record.failed(run, record_error, rank=0)
+        elif i % 10 != 8:
+            record.completed(run)
         (folder / f"{job_id}_0_log.out").write_text("submitit INFO - Starting\n" * 20)
         (folder / f"{job_id}_0_log.err").write_text("RuntimeError: synthetic failure\n" if i % 10 == 9 else "")
     (dest / "sweep.json").write_text(json.dumps({

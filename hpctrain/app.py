@@ -4,7 +4,7 @@ Imported on login nodes (it is the Hydra app), so torch is imported only inside 
 """
 
 import logging
-import time
+import os
 from pathlib import Path
 from typing import Any, Dict
 
@@ -12,7 +12,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from hpctrain import runfiles
+from hpctrain import record, runfiles
 from hpctrain.config import register_configs
 from hpctrain.validate import validate_job
 
@@ -22,10 +22,10 @@ register_configs()
 
 def train(cfg: DictConfig) -> Dict[str, Any]:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    record = runfiles.read_metrics(run_dir)
-    if record and record.get("status") == runfiles.COMPLETED:
-        log.info("%s already completed at step %s: nothing to do", run_dir, record.get("step"))
-        return record
+    if record.is_completed(run_dir):
+        summary = runfiles.read_metrics(run_dir) or {}
+        log.info("%s already completed at step %s: nothing to do", run_dir, summary.get("step"))
+        return summary
 
     problems = validate_job(cfg)
     if problems:
@@ -34,41 +34,35 @@ def train(cfg: DictConfig) -> Dict[str, Any]:
     from hpctrain.distributed import init_distributed, teardown
     from hpctrain.trainer import Trainer
 
-    attempt_started = time.time()
     info = init_distributed(cfg.device)
+    own_record = info.is_main and not os.environ.get(record.RECORDED_ENV)  # run mode: no job wrapper
+    if own_record:
+        record.started(run_dir)
     try:
         trainer = Trainer(cfg, run_dir, info)
         result = trainer.fit()
+        if own_record:
+            record.completed(run_dir)
+            record.write_summary(run_dir)
         log.info("run %s: step %d, train/loss %.4f", run_dir, result["step"], result["metrics"].get("train/loss", float("nan")))
         return result
     except Exception as exc:
-        record_failure(run_dir, exc, info.rank, attempt_started)
+        record_failure(run_dir, exc, info.rank)
         raise
     finally:
         teardown()
 
 
-# What a rank sees when another rank of the job died (gloo, NCCL): the fallout, not the cause.
-_FALLOUT = ("Connection closed by peer", "Connection reset by peer", "remote worker", "NCCL communicator",
-            "Watchdog caught collective operation timeout", "DistBackendError")
-
-
-def record_failure(run_dir: Path, exc: BaseException, rank: int, attempt_started: float) -> None:
-    """metrics.json says failed with the error that caused it: a rank's own error wins over the
-    collective errors the other ranks then see, whichever rank gets there first."""
+def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:
+    """This rank's error in the run record; the record, not the order of writing, decides that a rank's
+    own error wins over the collective fallout the other ranks see. Under hpctrain's launchers the job
+    wrapper records it (for any app); in run mode the app does."""
+    if os.environ.get(record.RECORDED_ENV):
+        return
     from hpctrain.trainer import error_tail
 
-    error = error_tail(exc)
-    fallout = any(marker in f"{type(exc).__name__}: {exc}" for marker in _FALLOUT)
-    if fallout:
-        time.sleep(2.0)  # let the failing rank record its own error first
-    record = runfiles.read_metrics(run_dir) or {}
-    this_attempt = record.get("status") == runfiles.FAILED and record.get("failed_at", 0) >= attempt_started
-    if this_attempt and (fallout or not record.get("fallout")):
-        log.error("rank %d failed too: %s", rank, error.splitlines()[-1] if error else exc)
-        return
-    runfiles.update_metrics(run_dir, status=runfiles.FAILED, error=error, failed_rank=rank, fallout=fallout,
-                            failed_at=time.time())
+    record.failed(run_dir, error_tail(exc), rank=rank)
+    record.write_summary(run_dir)
 
 
 # The launcher calls this on the login node for every sweep point before submitting anything.

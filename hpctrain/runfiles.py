@@ -7,7 +7,6 @@ import json
 import os
 import re
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -17,10 +16,6 @@ CKPT = Path("checkpoints") / "last.pt"
 HYDRA_DIR = ".hydra"
 SWEEP_MANIFEST = "sweep.json"  # written by the launcher into the sweep dir
 SUBMITIT_DIR = ".submitit"
-
-# Run states written to metrics.json ("pending" and "cancelled" are only ever derived by `status`).
-RUNNING, COMPLETED, FAILED = "running", "completed", "failed"
-REQUEUED, RETRYING = "requeued", "retrying"  # checkpointed for a requeue / crashed, retry queued
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -54,17 +49,27 @@ def redacted(cfg: Any) -> Dict[str, Any]:
     return walk(raw, resolved)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """The one temp-file-and-rename: readers see the old file or the whole new one, never a part."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True, default=str)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; others on the shared storage may read
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True, default=str))
 
 
 def read_json(path: "str | Path") -> Optional[Dict[str, Any]]:
@@ -78,43 +83,6 @@ def read_json(path: "str | Path") -> Optional[Dict[str, Any]]:
 
 def read_metrics(run_dir: Path) -> Optional[Dict[str, Any]]:
     return read_json(Path(run_dir) / METRICS)
-
-
-def update_metrics(run_dir: Path, **fields: Any) -> Dict[str, Any]:
-    """Merge ``fields`` into the run's metrics.json (atomically) and return the new record."""
-    path = Path(run_dir) / METRICS
-    record = read_json(path) or {}
-    record.update(fields)
-    record["updated"] = time.time()
-    write_json_atomic(path, record)
-    return record
-
-
-def is_completed(run_dir: Path) -> bool:
-    record = read_metrics(run_dir)
-    return bool(record) and record.get("status") == COMPLETED
-
-
-# ---------------------------------------------------------------- sweep-level files (launcher-owned)
-def events_path(sweep_dir: "str | Path", idx: int) -> str:
-    # plain strings, not pathlib: `status` reads one of these per run (1000s)
-    return os.path.join(sweep_dir, ".hpctrain", "events", f"{idx}.jsonl")
-
-
-def append_event(sweep_dir: Path, idx: int, kind: str, **fields: Any) -> None:
-    """One line per attempt's start, failure or retry: how `status` counts restarts."""
-    path = events_path(sweep_dir, idx)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps({"event": kind, "time": time.time(), **fields}, default=str) + "\n")
-
-
-def read_events(sweep_dir: "str | Path", idx: int) -> list:
-    try:
-        with open(events_path(sweep_dir, idx)) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except (OSError, ValueError):
-        return []
 
 
 def read_manifest(sweep_dir: Path) -> Optional[Dict[str, Any]]:

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from hpctrain import checkpoint, runfiles
+from hpctrain import checkpoint, record, runfiles
 from hpctrain.build import build_data, build_model, build_optimizer
 from hpctrain.distributed import DistInfo
 from hpctrain.metrics import NullLogger, RunLogger, Throughput, peak_flops
@@ -91,10 +91,9 @@ class Trainer:
         self.train_set, self.val_set = splits.train, splits.val
         self.raw_model = build_model(cfg.model).to(self.device)
         if info.is_main:
-            # before DDP's first collective: no other rank can fail (and record it) before this is written
-            runfiles.update_metrics(self.run_dir, status=runfiles.RUNNING, error=None, max_steps=cfg.max_steps,
-                                    started=time.time(), world_size=info.world_size, host=socket.gethostname(),
-                                    pid=os.getpid())
+            record.write_summary(self.run_dir, max_steps=cfg.max_steps,
+                                 started=time.time(), world_size=info.world_size, host=socket.gethostname(),
+                                 pid=os.getpid())
         self.model = self._wrap(self.raw_model)
         self.optimizer = build_optimizer(cfg.optim, self.raw_model, cfg.lr, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -294,7 +293,7 @@ class Trainer:
         self._log_eval(last)
         self.save_checkpoint()
         final = {k: v for k, v in last.items() if not k.startswith("perf/")}
-        result = {"status": runfiles.COMPLETED, "step": self.step, "max_steps": cfg.max_steps, "metrics": last,
+        result = {"status": record.COMPLETED, "step": self.step, "max_steps": cfg.max_steps, "metrics": last,
                   "elapsed_s": time.time() - started}
         self.logger.finish(self._hparams(), {f"final/{k.replace('/', '_')}": v for k, v in final.items()})
         self.logger.progress(**result)
@@ -310,7 +309,7 @@ class Trainer:
     def _preempted(self) -> None:
         log.warning("preemption/timeout signal: checkpointing at step %d, then requeue", self.step)
         self.save_checkpoint()
-        self.logger.progress(status=runfiles.REQUEUED, step=self.step)
+        self.logger.progress(step=self.step)  # the job's checkpoint() records the requeue
         self.logger.close()
         self.guard.hand_over()
 

@@ -34,19 +34,19 @@ def test_status_and_cancel_on_slurm(tmp_path, slurm_cluster):
                   "hydra.launcher.array_parallelism=1", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     array = job_id(sweep)
     try:
-        wait_for(lambda: states(sweep, tmp_path) == ["running", "pending", "pending"], 180,
-                 "run 0 running, runs 1-2 pending")
+        wait_for(lambda: states(sweep, tmp_path) == ["running", "queued", "queued"], 180,
+                 "run 0 running, runs 1-2 queued")
         proc = review(["status", str(sweep)], tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split()[:1] in (["0"], ["1"], ["2"])}
         assert " running " in rows["0"] and f"{array}_0_0_log.out" in rows["0"]
-        assert " pending " in rows["1"] and " pending " in rows["2"]
-        assert proc.stdout.splitlines()[-1] == "3 runs: 2 pending, 1 running"
+        assert " queued " in rows["1"] and " queued " in rows["2"]
+        assert proc.stdout.splitlines()[-1] == "3 runs: 2 queued, 1 running"
 
         # one pending task only
         proc = review(["cancel", str(sweep), "--run", "2"], tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert states(sweep, tmp_path) == ["running", "pending", "cancelled"]
+        assert states(sweep, tmp_path) == ["running", "queued", "cancelled"]
         assert not [line for line in queued(array) if line.startswith(f"{array}_2 ")]
 
         # the rest of the array

@@ -1,7 +1,8 @@
 """The review commands' decisions on small sweep dirs written by hand: states, ranking, discovery, formats.
 
 The real sweeps (local and Slurm) are in test_review_local.py and test_review_slurm.py; here each case
-of "what is really there" is set up exactly, including a stand-in squeue on PATH.
+of "what is really there" is set up exactly: run records written with hpctrain.record's own
+transitions, and a stand-in squeue/sacct on PATH.
 """
 
 import json
@@ -12,15 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.review import fmt, jobs, plots, queue
-from hpctrain.review.discover import expected_runs
-from hpctrain.review.ranking import default_mode, rank, reproduce_command
+from hpctrain import cluster, record
+from hpctrain.review import fmt, jobs, plots
+from hpctrain.review.ranking import default_metric, default_mode, rank, reproduce_command
 from hpctrain.review.runs import RunRecord, collect
-from hpctrain.review.sweepdir import SweepError, find_sweep_dir, load_sweep, parse_overrides, swept_keys
+from hpctrain.review.sweep import RunSpec, SweepError, expected_runs, find_sweep_dir, load_sweep, parse_overrides, swept_keys
+
+pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 
 
 def make_sweep(root: Path, runs: dict, launcher: str = "slurm") -> Path:
-    """``runs``: {idx: {"metrics": {...} | None, "events": [...], "err": str, "job_id": str}}."""
+    """``runs``: {idx: {"metrics": {...} | None, "record": [(transition, kwargs)], "err": str, "job_id": str}}."""
     root.mkdir(parents=True, exist_ok=True)
     folder = root / ".submitit"
     folder.mkdir(exist_ok=True)
@@ -30,13 +33,11 @@ def make_sweep(root: Path, runs: dict, launcher: str = "slurm") -> Path:
         job_id = spec.get("job_id", f"100_{idx}")
         manifest["runs"][str(idx)] = {"name": name, "run_dir": name, "overrides": [f"lr={idx}", "max_steps=10"],
                                       "job_id": job_id, "max_steps": 10}
+        (root / name).mkdir(exist_ok=True)
+        for transition, kwargs in spec.get("record", [("submitted", {})]):
+            getattr(record, transition)(root / name, **kwargs)
         if spec.get("metrics") is not None:
-            (root / name).mkdir(exist_ok=True)
             (root / name / "metrics.json").write_text(json.dumps(spec["metrics"]))
-        if spec.get("events"):
-            events = root / ".hpctrain" / "events"
-            events.mkdir(parents=True, exist_ok=True)
-            (events / f"{idx}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in spec["events"]))
         if "err" in spec:
             (folder / f"{job_id}_0_log.err").write_text(spec["err"])
             (folder / f"{job_id}_0_log.out").write_text("submitit INFO - Starting\n")
@@ -52,14 +53,17 @@ def states(sweep_dir: Path) -> dict:
 
 @pytest.fixture
 def fake_squeue(tmp_path, monkeypatch):
-    """A stand-in ``squeue`` on PATH printing the given lines (or failing with the given message)."""
+    """A stand-in ``squeue`` on PATH printing the given lines (or failing with the given message); ``sacct``
+    prints ``acct`` lines or fails as without accounting."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
-    def install(lines=(), fail: str = "") -> None:
+    def install(lines=(), fail: str = "", acct=()) -> None:
         body = f"echo '{fail}' >&2; exit 1" if fail else "cat <<'EOF'\n" + "\n".join(lines) + "\nEOF"
-        for tool, script in (("squeue", body), ("sacct", "echo 'Slurm accounting storage is disabled' >&2; exit 1")):
+        sacct = ("cat <<'EOF'\n" + "\n".join(acct) + "\nEOF" if acct
+                 else "echo 'Slurm accounting storage is disabled' >&2; exit 1")
+        for tool, script in (("squeue", body), ("sacct", sacct)):
             path = bin_dir / tool
             path.write_text(f"#!/bin/sh\n{script}\n")
             path.chmod(0o755)
@@ -67,102 +71,110 @@ def fake_squeue(tmp_path, monkeypatch):
     return install
 
 
-RUNNING = {"status": "running", "step": 4, "max_steps": 10, "started": time.time() - 30, "metrics": {"train/loss": 1.5}}
+RUNNING = {"step": 4, "max_steps": 10, "started": time.time() - 30, "metrics": {"train/loss": 1.5}}
+SUBMITTED = ("submitted", {})
 
 
-def start(idx: int, job: str = "100") -> dict:
-    return {"event": "start", "time": 1.0, "job_id": f"{job}_{idx}"}
+def started(job: str = "100_0") -> tuple:
+    return ("started", {"job_id": job})
 
 
-def test_states_from_queue_and_files(tmp_path, fake_squeue):
-    fake_squeue(["100_0|RUNNING|None", "100_1|PENDING|Priority", "100_2|PENDING|BeginTime"])
+def test_states_from_record_and_queue(tmp_path, fake_squeue):
+    fake_squeue(["100_0|RUNNING|None", "100_1|PENDING|Priority", "100_2|PENDING|BeginTime",
+                 "100_11|PENDING|BeginTime"])
     sweep = make_sweep(tmp_path / "s", {
-        0: {"metrics": RUNNING, "events": [start(0)]},
+        0: {"metrics": RUNNING, "record": [SUBMITTED, started("100_0")]},
         1: {},  # queued, never started
-        2: {"metrics": {**RUNNING, "status": "requeued"}, "events": [start(2), start(2)]},  # requeued, waiting again
-        3: {"metrics": {"status": "completed", "step": 10, "max_steps": 10, "elapsed_s": 12.0,
-                        "metrics": {"train/loss": 0.1}}},
-        4: {"metrics": {**RUNNING, "status": "failed", "error": "Traceback\nValueError: bad"}},
-        5: {"metrics": RUNNING, "err": "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2024-01-01T00:00:00 "
-                                       "DUE TO TIME LIMIT ***\n"},
-        6: {"metrics": RUNNING, "err": "slurmstepd: error: *** JOB 8 ON n1 CANCELLED AT 2024-01-01T00:00:00 ***\n"},
-        7: {"metrics": RUNNING, "err": "submitit - Job not requeued because: timed-out too many times.\n"},
+        2: {"metrics": RUNNING, "record": [SUBMITTED, started("100_2"), ("requeued", {})]},  # waiting again
+        3: {"metrics": {"step": 10, "max_steps": 10, "elapsed_s": 12.0, "metrics": {"train/loss": 0.1}},
+            "record": [SUBMITTED, started("100_3"), ("completed", {})]},
+        4: {"metrics": RUNNING, "record": [SUBMITTED, started("100_4"), ("failed", {"error": "Traceback\nValueError: bad"})]},
+        5: {"metrics": RUNNING, "record": [SUBMITTED, started("100_5")],
+            "err": "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***\n"},
+        6: {"metrics": RUNNING, "record": [SUBMITTED, started("100_6")],
+            "err": "slurmstepd: error: *** JOB 8 ON n1 CANCELLED AT 2024-01-01T00:00:00 ***\n"},
+        7: {"metrics": RUNNING, "record": [SUBMITTED, started("100_7"), ("timed_out", {"error": "timed-out too many times"})]},
         8: {},  # left the queue without starting (scancel by hand, no accounting)
-        9: {"metrics": RUNNING, "events": [start(9)], "err": ""},  # vanished mid-run, no result, no marker
-        10: {"metrics": {**RUNNING, "status": "failed",  # the app saw submitit give up at the time limit
-                         "error": "UncompletedJobError: Job not requeued because: timed-out too many times."}},
+        9: {"metrics": RUNNING, "record": [SUBMITTED, started("100_9")], "err": ""},  # vanished mid-run, no word
+        10: {"record": [SUBMITTED, started("100_10"), ("pruned", {"step": 3})]},
+        11: {"record": [SUBMITTED, started("100_11"), ("failed", {"error": "x", "rank": 1}), ("retrying", {"attempt": 1, "of": 1})]},
     })
     snap = collect(load_sweep(sweep))
     got = {r.idx: r.state for r in snap.runs}
-    assert got == {0: "running", 1: "pending", 2: "requeued", 3: "completed", 4: "failed", 5: "timeout",
-                   6: "cancelled", 7: "timeout", 8: "cancelled", 9: "failed", 10: "timeout"}
+    assert got == {0: "running", 1: "queued", 2: "requeued", 3: "completed", 4: "failed", 5: "timeout",
+                   6: "cancelled", 7: "timeout", 8: "cancelled", 9: "failed", 10: "pruned", 11: "retrying"}
     by_idx = {r.idx: r for r in snap.runs}
     assert by_idx[1].note == "Priority" and by_idx[1].step is None
-    assert by_idx[2].restarts == 1
     assert by_idx[3].elapsed_s == 12.0 and by_idx[3].loss == 0.1
     assert by_idx[0].elapsed_s >= 30 and by_idx[0].step == 4 and by_idx[0].max_steps == 10
     assert by_idx[4].error.endswith("ValueError: bad")
     assert by_idx[5].log.endswith("100_5_0_log.err")  # the log that says why
     assert "without a result" in by_idx[9].note
-    assert snap.counts() == {"pending": 1, "running": 1, "requeued": 1, "completed": 1, "failed": 2, "timeout": 3,
-                             "cancelled": 2}
+    assert snap.counts() == {"queued": 1, "running": 1, "requeued": 1, "retrying": 1, "completed": 1, "failed": 2,
+                             "timeout": 2, "cancelled": 2, "pruned": 1}
 
 
-def test_rerun_of_a_failed_run_is_judged_by_its_new_job(tmp_path, fake_squeue):
-    """A failed run submitted again: its old metrics.json and events belong to the old job."""
-    old = [start(0, "90"), {"event": "failed", "job_id": "90_0", "error": "x"}, {"event": "retry"},
-           start(0, "90"), {"event": "failed", "job_id": "90_0", "error": "RuntimeError: old"},
-           {"event": "submitted", "job_id": "100_0"}]
-    failed = {**RUNNING, "status": "failed", "error": "RuntimeError: old"}
-    sweep = make_sweep(tmp_path / "s", {0: {"metrics": failed, "events": old}})
+def test_restarts_and_a_rerun_of_a_failed_run(tmp_path, fake_squeue):
+    """A failed run submitted again: its old attempts belong to the old submission."""
+    old = [SUBMITTED, started("90_0"), ("failed", {"error": "x"}), ("retrying", {"attempt": 1, "of": 1}),
+           started("90_0"), ("failed", {"error": "RuntimeError: old"})]
+    sweep = make_sweep(tmp_path / "s", {0: {"metrics": RUNNING, "record": old}})
+    fake_squeue([])
+    snap = collect(load_sweep(sweep))
+    assert snap.runs[0].state == "failed" and snap.runs[0].restarts == 1 and snap.runs[0].error == "RuntimeError: old"
+    record.submitted(sweep / "0_lr=0")
     fake_squeue(["100_0|PENDING|Priority"])
     snap = collect(load_sweep(sweep))
-    assert snap.runs[0].state == "pending" and snap.runs[0].restarts == 0
+    assert snap.runs[0].state == "queued" and snap.runs[0].restarts == 0
     fake_squeue([])  # cancelled by hand before it started
     assert states(sweep) == {0: "cancelled"}
     fake_squeue(["100_0|RUNNING|None"])
-    (sweep / ".hpctrain" / "events" / "0.jsonl").open("a").write(json.dumps(start(0)) + "\n")
+    record.started(sweep / "0_lr=0", job_id="100_0")
     assert states(sweep) == {0: "running"}
 
 
-def test_cancel_record_and_result_pickle_and_sacct(tmp_path, fake_squeue, monkeypatch):
-    fake_squeue([])
+def test_cancelled_record_result_pickle_and_sacct(tmp_path, fake_squeue):
+    fake_squeue([], acct=["100_[3-5%2]|TIMEOUT", "100_6|CANCELLED by 0"])
     sweep = make_sweep(tmp_path / "s", {
-        0: {"metrics": RUNNING},
-        1: {"result": b"\x80\x05\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x07success\x94}\x94."},
-        2: {"result": b"\x80\x05\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x05error\x94X\x05\x00\x00\x00boom."},
-        3: {},
-        4: {"metrics": {"status": "completed", "step": 10}},
+        0: {"metrics": RUNNING, "record": [SUBMITTED, started("100_0"), ("cancelled", {})]},
+        1: {"record": [SUBMITTED, started("100_1")],
+            "result": b"\x80\x05\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x07success\x94}\x94."},
+        2: {"record": [SUBMITTED, started("100_2")],
+            "result": b"\x80\x05\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x05error\x94X\x05\x00\x00\x00boom."},
+        3: {"record": [SUBMITTED, started("100_3")]},
+        4: {"record": [SUBMITTED, started("100_4"), ("completed", {}), ("cancelled", {})]},
+        6: {},
     })
-    jobs.record_cancelled(sweep, {"100_0": 0, "100_4": 4})
-    monkeypatch.setattr(queue, "sacct_states", lambda ids: {"100_[3-5%2]": "TIMEOUT"})
-    # a run that completed stays completed even if a cancel was recorded for its job
-    assert states(sweep) == {0: "cancelled", 1: "completed", 2: "failed", 3: "timeout", 4: "completed"}
+    # a run that completed stays completed even if a cancel was recorded for it
+    assert states(sweep) == {0: "cancelled", 1: "completed", 2: "failed", 3: "timeout", 4: "completed", 6: "cancelled"}
 
 
-def test_unknown_queue_trusts_files_and_warns(tmp_path, fake_squeue):
-    fake_squeue(fail="slurm_load_jobs error: Unable to contact slurm controller")
-    sweep = make_sweep(tmp_path / "s", {0: {"metrics": RUNNING, "events": [start(0)]}, 1: {}})
+@pytest.mark.parametrize("message", ["slurm_load_jobs error: Socket timed out on send/recv operation",
+                                     "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"])
+def test_a_failed_squeue_is_unknown_never_gone(tmp_path, fake_squeue, message):
+    fake_squeue(fail=message)
+    sweep = make_sweep(tmp_path / "s", {0: {"metrics": RUNNING, "record": [SUBMITTED, started("100_0")]}, 1: {}})
+    assert cluster.squeue(["100_0"]) is None
     snap = collect(load_sweep(sweep))
-    assert [r.state for r in snap.runs] == ["running", "pending"]
+    assert [r.state for r in snap.runs] == ["running", "queued"]
     assert snap.warnings and "squeue" in snap.warnings[0]
 
 
 def test_invalid_job_id_is_an_empty_queue(fake_squeue):
     fake_squeue(fail="slurm_load_jobs error: Invalid job id specified")
-    assert queue.squeue_query(["5_1"]) == {}
+    assert cluster.squeue(["5_1"]) == {}
 
 
-def test_squeue_query_expands_array_ranges(fake_squeue):
+def test_squeue_expands_array_ranges(fake_squeue):
     fake_squeue(["14_0|RUNNING|None", "14_[1-3,7%2]|PENDING|JobArrayTaskLimit", "15|PENDING|Priority"])
-    got = queue.squeue_query(["14_0", "15"])
+    got = cluster.squeue(["14_0", "15"])
     assert got["14_0"] == ("RUNNING", "None") and got["15"] == ("PENDING", "Priority")
     assert {k for k, v in got.items() if v[1] == "JobArrayTaskLimit"} == {"14_1", "14_2", "14_3", "14_7"}
 
 
 def test_local_states(tmp_path, monkeypatch):
-    sweep = make_sweep(tmp_path / "s", {0: {"metrics": RUNNING, "job_id": "4242"}, 1: {"metrics": RUNNING,
-                                                                                       "job_id": "4343"}},
+    sweep = make_sweep(tmp_path / "s", {0: {"metrics": RUNNING, "job_id": "4242", "record": [SUBMITTED, started("4242")]},
+                                        1: {"metrics": RUNNING, "job_id": "4343", "record": [SUBMITTED, started("4343")]}},
                        launcher="local")
     monkeypatch.setattr(jobs, "pid_alive", lambda pid, needle="submitit": pid == "4242")
     assert states(sweep) == {0: "running", 1: "failed"}  # 4343's controller is gone without a result
@@ -171,31 +183,30 @@ def test_local_states(tmp_path, monkeypatch):
 def test_local_sweep_in_flight_without_manifest(tmp_path, monkeypatch):
     """No sweep.json yet: runs from multirun.yaml (Hydra's own expansion) matched to the run dirs there."""
     sweep = tmp_path / "s"
-    (sweep / "2_lr=2,seed=0" / ".hydra").mkdir(parents=True)
-    (sweep / "2_lr=2,seed=0" / ".hydra" / "overrides.yaml").write_text("- lr=2\n- seed=0\n")
-    (sweep / "2_lr=2,seed=0" / "metrics.json").write_text(json.dumps(RUNNING))
+    run = sweep / "2_lr=2,seed=0"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- lr=2\n- seed=0\n")
+    (run / "metrics.json").write_text(json.dumps(RUNNING))
     (sweep / "multirun.yaml").write_text(
         "hydra:\n  launcher:\n    _target_: hydra_plugins.hpctrain_launcher.local.LocalLauncher\n"
         "    submitit_folder: ${hydra.sweep.dir}/.submitit\n"
         "  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper\n    params: null\n"
         "  overrides:\n    task:\n    - lr=1,2\n    - seed=0,1\nmax_steps: 10\n")
-    (sweep / ".hpctrain" / "events").mkdir(parents=True)
-    (sweep / ".hpctrain" / "events" / "2.jsonl").write_text(json.dumps({"event": "start", "job_id": "777"}) + "\n")
+    record.submitted(run)
+    record.started(run, job_id="777")
     monkeypatch.setattr(jobs, "pid_alive", lambda pid, needle="submitit": pid == "777")
     loaded = load_sweep(sweep)
     assert not loaded.has_manifest and loaded.launcher == "local" and loaded.swept == ["lr", "seed"]
     assert [r.overrides for r in loaded.runs] == [["lr=1", "seed=0"], ["lr=1", "seed=1"], ["lr=2", "seed=0"],
                                                   ["lr=2", "seed=1"]]  # Hydra's order: the last key varies fastest
     assert loaded.runs[2].job_id == "777" and loaded.runs[2].max_steps == 10
-    assert loaded.runs[2].run_dir == sweep / "2_lr=2,seed=0" and loaded.runs[0].run_dir is None
-    assert states(sweep) == {0: "pending", 1: "pending", 2: "running", 3: "pending"}
+    assert loaded.runs[2].run_dir == run and loaded.runs[0].run_dir is None
+    assert states(sweep) == {0: "queued", 1: "queued", 2: "running", 3: "queued"}
     monkeypatch.setattr(jobs, "pid_alive", lambda pid, needle="submitit": False)  # the run's controller is gone
-    assert states(sweep) == {0: "pending", 1: "pending", 2: "failed", 3: "pending"}  # the sweep wrote lately
+    assert states(sweep) == {0: "queued", 1: "queued", 2: "failed", 3: "queued"}  # the sweep wrote lately
     for path in sweep.rglob("*"):  # ... and after a quiet minute, its launcher is taken as gone
         os.utime(path, (time.time() - 120, time.time() - 120))
     assert states(sweep) == {0: "cancelled", 1: "cancelled", 2: "failed", 3: "cancelled"}
-    jobs.record_cancelled(sweep, {"run:1": 1})  # what `cancel` records for a local run that never started
-    assert collect(load_sweep(sweep)).runs[1].note == "cancelled with hpctrain cancel"
 
 
 def test_expected_runs_with_sweep_params_from_a_file():
@@ -217,14 +228,12 @@ def test_find_sweep_dir(tmp_path, monkeypatch):
         find_sweep_dir(str(tmp_path / "nope"))
     with pytest.raises(SweepError, match="not a sweep dir"):
         find_sweep_dir(str(tmp_path))
-    (old / "0_lr=0").mkdir()
+    (old / "0_lr=0").mkdir(exist_ok=True)
     with pytest.raises(SweepError, match="pass the sweep dir"):
         find_sweep_dir(str(old / "0_lr=0"))
 
 
 def test_swept_keys_and_overrides():
-    from hpctrain.review.sweepdir import RunSpec
-
     runs = [RunSpec(i, "", None, [f"lr={lr}", "max_steps=5", f"+model.width={w}"], None)
             for i, (lr, w) in enumerate([(0.1, 8), (0.01, 8), (0.1, 16)])]
     assert swept_keys(runs) == ["lr", "model.width"]
@@ -232,9 +241,9 @@ def test_swept_keys_and_overrides():
     assert parse_overrides(["~seed", "++a=1", "b=x=y"]) == {"a": "1", "b": "x=y"}
 
 
-def _rec(idx, state, metrics, overrides=None):
+def _rec(idx, state, metrics, overrides=None, objective=None):
     return RunRecord(idx=idx, name=str(idx), values={"lr": str(idx)}, overrides=overrides or [f"lr={idx}"],
-                     run_dir=None, job_id=None, state=state, metrics=metrics)
+                     run_dir=None, job_id=None, state=state, metrics=metrics, objective=objective)
 
 
 def test_ranking_prefers_completed_runs_and_skips_nan():
@@ -264,4 +273,29 @@ def test_formats():
     assert fmt.number(0.000123456) == "0.0001235" and fmt.number(None) == "-"
     assert plots.spans_decades([1e-4, 1e-3]) and not plots.spans_decades([1, 5]) and not plots.spans_decades([0, 100])
     assert plots.file_name("model/opt.lr") == "metric_vs_model_opt.lr.png"
-    assert queue.expand_array_ids("9") == ["9"] and queue.expand_array_ids("9_[0-1]") == ["9_0", "9_1"]
+    assert fmt.label({"lr": "0.1", "seed": "1"}) == "lr=0.1 seed=1"
+    assert fmt.label({}, ["lr=0.1"]) == "lr=0.1" and fmt.label({}) == "(defaults)"
+
+
+def test_the_declared_objective_ranks_by_default():
+    objective = {"metric": "val/accuracy", "mode": "max"}
+    records = [_rec(0, "completed", {"val/loss": 0.5, "val/accuracy": 0.7}, objective=objective),
+               _rec(1, "completed", {"val/loss": 0.4, "val/accuracy": 0.6}, objective=objective),
+               _rec(2, "pruned", {"val/loss": 0.9, "val/accuracy": 0.2}, objective=objective)]
+    assert default_metric(records, {}) == "val/accuracy" and default_mode("val/accuracy", records) == "max"
+    assert rank(records, "val/accuracy", "max", {}).best.record.idx == 0
+    assert default_metric([_rec(0, "completed", {"val/loss": 1.0})], {}) == "val/loss"
+    assert default_mode("value", [_rec(0, "completed", {}, objective={"metric": "value", "mode": "max"})]) == "max"
+
+
+
+def test_status_watch_keeps_the_last_queue_answer_through_failed_calls(tmp_path, fake_squeue):
+    sweep = make_sweep(tmp_path / "s", {0: {"metrics": RUNNING, "record": [SUBMITTED, started("100_0")]}, 1: {}})
+    loaded = load_sweep(sweep)
+    poller = cluster.Poller(lambda: cluster.squeue([r.job_id for r in loaded.runs]), "squeue")
+    fake_squeue(["100_0|RUNNING|None", "100_1|PENDING|Priority"])
+    assert [r.state for r in collect(loaded, poller).runs] == ["running", "queued"]
+    fake_squeue(fail="slurm_load_jobs error: Socket timed out on send/recv operation")
+    snap = collect(loaded, poller)
+    assert [r.state for r in snap.runs] == ["running", "queued"] and snap.runs[1].note == "Priority"
+    assert "squeue failed 1 time(s) in a row" in snap.warnings[0]

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from conftest import run_hpctrain
-from slurm_helpers import cancel, job_id, metrics, queued, run_dirs, wait_for
+from hpctrain import record
+from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 
 
 @pytest.mark.usefixtures("slurm_cluster")
@@ -44,15 +45,23 @@ def test_exception_is_recorded_with_its_traceback_on_local(tmp_path):
 
 
 @pytest.mark.usefixtures("slurm_cluster")
-def test_a_failing_rank_takes_the_job_down_instead_of_hanging_it(tmp_path):
+def test_a_crash_of_rank_1_alone_takes_the_job_down_and_is_retried(tmp_path):
+    """Rank 1 raises, rank 0 only sees the fallout: the step ends at once (not the collective timeout),
+    the crash counts toward max_retries like rank 0's, and the run ends with rank 1's own error."""
     sweep = tmp_path / "sweep"
     start = time.time()
     proc = run_hpctrain(["-m", "model._target_=user_models.RankOneFails", "max_steps=50", "hydra/launcher=slurm",
-                         "hydra.launcher.tasks_per_node=2", "hydra.launcher.max_retries=0",
+                         "hydra.launcher.tasks_per_node=2", "hydra.launcher.max_retries=1",
                          "hydra.launcher.wait=true", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, check=False,
-                        timeout=300)
+                        timeout=400)
     assert proc.returncode != 0
-    assert time.time() - start < 120  # not the 600 s collective timeout
+    assert time.time() - start < 240  # two short attempts, not the 600 s collective timeout
     (run_dir,) = run_dirs(sweep)
-    record = metrics(run_dir)
-    assert record["status"] == "failed" and "RankOneFails: rank 1 is out" in record["error"]
+    kinds = record_kinds(run_dir)
+    assert kinds[:2] == ["submitted", "started"] and kinds.count("started") == 2, kinds
+    assert kinds.count("retrying") == 1 and kinds[-1] == "failed", kinds
+    state = record.read(run_dir)
+    assert state.state is record.State.FAILED and state.retries == 1 and state.failed_rank == 1
+    summary = metrics(run_dir)
+    assert summary["status"] == "failed" and "RankOneFails: rank 1 is out" in summary["error"]
+    assert summary["failed_rank"] == 1 and summary["restarts"] == 1

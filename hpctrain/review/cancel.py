@@ -3,10 +3,11 @@
 Slurm: ``scancel`` (the array id when the whole sweep is cancelled, ``<array>_<task>`` ids for chosen
 runs), then the queue is asked until the jobs have left it. Local: the sweep's launcher is stopped
 first (so it starts nothing new), then each run's submitit controller (SIGINT, as submitit's own
-``cancel``). What was cancelled is recorded in ``<sweep>/.hpctrain/cancelled.json``: without
-accounting, nothing else would tell ``status`` that a job that left the queue was cancelled.
+``cancel``). Each cancelled run gets ``cancelled`` in its run record: without accounting, nothing else
+would tell ``status`` that a job that left the queue was cancelled.
 """
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,10 +15,11 @@ from typing import Dict, List, Optional
 
 from rich.markup import escape
 
-from hpctrain.review import fmt, jobs, localproc, queue
+from hpctrain import cluster, record
+from hpctrain.review import fmt, jobs
 from hpctrain.review.runs import ACTIVE, RunRecord, Snapshot, collect
 from hpctrain.review.status import counts_line
-from hpctrain.review.sweepdir import load_sweep
+from hpctrain.review.sweep import load_sweep
 
 WAIT_S = 20.0
 
@@ -25,16 +27,16 @@ WAIT_S = 20.0
 def _slurm(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, int]:
     """scancel, then wait until the jobs have left the queue; ``{job_id: idx}`` of those cancelled."""
     if whole:  # one id per array cancels every task of it still queued or running
-        ids = sorted({r.job_id.split("_")[0] for r in targets if r.job_id})
+        ids = cluster.array_ids(r.job_id for r in targets)
     else:
         ids = [r.job_id for r in targets if r.job_id]
-    rc, err = queue.scancel(ids)
+    rc, err = cluster.scancel(ids)
     if rc != 0 and err:
         print(f"hpctrain cancel: scancel {' '.join(ids)}: {err}", file=sys.stderr)
     left = {r.job_id: r.idx for r in targets if r.job_id}
     deadline = time.time() + WAIT_S
     while True:
-        queued = queue.squeue_query(list(left))
+        queued = cluster.squeue(list(left))
         if queued is None:  # the queue cannot be asked: trust scancel's word
             still = set() if rc == 0 else set(left)
             break
@@ -61,13 +63,13 @@ def _local(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, i
                 and (whole or spec.idx in chosen)]
         if whole:
             launcher = jobs.local_launcher([job_id for _, job_id in live], snap.sweep.launcher_pid)
-            if attempt == 0 and not live and any(r.state == "pending" for r in targets):
+            if attempt == 0 and not live and any(r.state == "queued" for r in targets):
                 print("hpctrain cancel: warning: no run of this local sweep is running, so its launcher cannot be "
                       "found; if it is still starting, stop it with Ctrl-C where it runs", file=sys.stderr)
-            if launcher and not localproc.stop_process(launcher, "python"):
+            if launcher and not jobs.stop_process(launcher, "python"):
                 print(f"hpctrain cancel: the sweep's launcher (pid {launcher}) did not stop", file=sys.stderr)
         for idx, job_id in live:
-            if localproc.stop_controller(job_id):
+            if jobs.stop_controller(job_id):
                 done[job_id] = idx
             else:
                 print(f"hpctrain cancel: run #{idx} (pid {job_id}) did not stop", file=sys.stderr)
@@ -96,21 +98,25 @@ def run(sweep_dir: Path, runs: Optional[List[int]] = None) -> int:
     if not targets:
         print(f"nothing to cancel in {sweep_dir}: no run is queued or running")
         return 0
-    if snap.sweep.launcher == "local" and runs and any(r.state == "pending" for r in targets):
+    if snap.sweep.launcher == "local" and runs and any(r.state == "queued" for r in targets):
         print("hpctrain cancel: error: a local sweep starts its pending runs as slots free up; cancel the whole "
               "sweep (without --run) or the running runs only", file=sys.stderr)
         return 2
     whole = not runs
+    for r in targets:  # first: what ends now must not be retried (the retry decider reads the record)
+        if r.run_dir:
+            record.cancelled(r.run_dir, job_id=r.job_id)
     if snap.sweep.launcher == "slurm":
         done = _slurm(snap, targets, whole)
     else:
         done = _local(snap, targets, whole)
-    if done:
-        jobs.record_cancelled(sweep_dir, done)
+    for r in targets:
+        if r.run_dir and os.path.isdir(r.run_dir):
+            record.write_summary(r.run_dir)
     con = fmt.console()
     for r in targets:
         ok = r.job_id in done or not r.job_id  # no job id: a local run that never started
-        con.print(f"  #{r.idx} {escape(' '.join(f'{k}={v}' for k, v in r.values.items()))}: was {r.state}, "
+        con.print(f"  #{r.idx} {escape(fmt.label(r.values, r.overrides))}: was {r.state}, "
                   f"{'cancelled' if ok else '[red]NOT cancelled[/]'}", soft_wrap=True)
     con.print(counts_line(collect(load_sweep(sweep_dir))), soft_wrap=True)
     failed = [r for r in targets if r.job_id and r.job_id not in done]

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import List
 
-from hpctrain.review.sweepdir import SweepError, find_sweep_dir
+from hpctrain.review.sweep import SweepError, find_sweep_dir
 
 _SWEEP_HELP = "the sweep dir (default: the newest sweep under ./multirun)"
 

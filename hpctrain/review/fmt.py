@@ -3,17 +3,24 @@
 import math
 import os
 import sys
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 STATE_STYLE = {
-    "pending": "yellow",
+    "queued": "yellow",
     "running": "cyan",
     "requeued": "magenta",
+    "retrying": "magenta",
     "completed": "green",
     "failed": "bold red",
     "timeout": "red",
     "cancelled": "dim",
+    "pruned": "blue",
 }
+
+
+def label(values: Dict[str, str], overrides: Sequence[str] = (), sep: str = " ") -> str:
+    """A run as a person tells it apart: its swept values (``lr=0.01 seed=1``), else its overrides."""
+    return sep.join(f"{k}={v}" for k, v in values.items()) or sep.join(overrides) or "(defaults)"
 
 
 def console(stream: Any = None) -> Any:

@@ -1,14 +1,53 @@
-"""The report's PNGs: every run's loss curve on one chart, and the metric against each swept parameter.
+"""A run's scalar curves, read with TensorBoard's own reader (its EventAccumulator, never by hand), and
+the report's PNGs: every run's loss curve on one chart, the metric against each swept parameter.
 
-matplotlib (Agg, no display needed) is imported here only, so only ``report`` pays for it.
+matplotlib (Agg, no display needed) and TensorBoard are imported inside the functions, so only
+``report`` pays for them.
 """
 
 import math
 import re
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from hpctrain.review.curves import Curve
+from hpctrain import runfiles
+
+
+Curve = List[Tuple[int, float]]  # (step, value)
+
+
+def read_scalars(run_dir: Optional[str], tags: Iterable[str]) -> Dict[str, Curve]:
+    """``{tag: [(step, value), ...]}`` for those of ``tags`` the run's ``tb/`` holds; {} without events."""
+    if not run_dir:
+        return {}
+    tb_dir = Path(run_dir) / runfiles.TB_DIR
+    if not tb_dir.is_dir() or not any(p.name.startswith("events.out.tfevents") for p in tb_dir.iterdir()):
+        return {}
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    # keep every scalar; load as little as possible of the other kinds
+    guidance = {ea.SCALARS: 0, ea.TENSORS: 1, ea.HISTOGRAMS: 1, ea.COMPRESSED_HISTOGRAMS: 1, ea.IMAGES: 1, ea.AUDIO: 1}
+    acc = ea.EventAccumulator(str(tb_dir), size_guidance=guidance)
+    try:
+        acc.Reload()
+    except Exception:  # noqa: BLE001 - a truncated event file (a run killed mid-write) is not fatal
+        return {}
+    have = set(acc.Tags().get("scalars", []))
+    return {tag: [(int(e.step), float(e.value)) for e in acc.Scalars(tag)] for tag in tags if tag in have}
+
+
+def scalar_tags(run_dir: Optional[str]) -> List[str]:
+    if not run_dir or not (Path(run_dir) / runfiles.TB_DIR).is_dir():
+        return []
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    acc = ea.EventAccumulator(str(Path(run_dir) / runfiles.TB_DIR), size_guidance={ea.SCALARS: 1})
+    try:
+        acc.Reload()
+    except Exception:  # noqa: BLE001
+        return []
+    return sorted(acc.Tags().get("scalars", []))
+
 
 LEGEND_MAX = 12  # more runs than this: only the best one is named in the legend
 SIZE_IN, DPI = (9.0, 5.5), 110
@@ -105,9 +144,11 @@ def metric_vs_param(param: str, points: List[Tuple[str, float, int]], metric: st
 
 
 def _save(fig, plt, path: Path) -> Path:
+    import io
+
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
-    tmp.replace(path)
+    runfiles.write_bytes_atomic(path, buf.getvalue())
     return path

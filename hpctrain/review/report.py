@@ -9,12 +9,13 @@ from typing import Any, Dict, List, Optional
 from rich.markup import escape
 
 from hpctrain import runfiles
-from hpctrain.review import fmt, plots, report_files
-from hpctrain.review.curves import Curve, read_scalars
-from hpctrain.review.ranking import Ranking, available_metrics, default_metric, default_mode, rank, reproduce_command
+from hpctrain.review import fmt, plots
+from hpctrain.review.plots import Curve, read_scalars
+from hpctrain.review.ranking import (Ranking, available_metrics, default_metric, default_mode, markdown, objective,
+                                     rank, reproduce_command, result_rows, write_csv, write_json)
 from hpctrain.review.runs import FAILURES, collect
 from hpctrain.review.status import counts_line
-from hpctrain.review.sweepdir import load_sweep
+from hpctrain.review.sweep import load_sweep
 
 CURVE_TAGS = ("train/loss", "val/loss")
 MAX_ERRORS = 10  # failed runs whose error is printed on the terminal (report.md has them all)
@@ -26,7 +27,7 @@ def _table(ranking: Ranking, swept: List[str], con: Any) -> None:
     rows, styles, row_styles = [], [], []
     for x in ranking.runs:
         r, is_best = x.record, x is ranking.best
-        values = " ".join(f"{k}={v}" for k, v in r.values.items()) or " ".join(r.overrides) or "(defaults)"
+        values = fmt.label(r.values, r.overrides)
         rows.append([("* " if is_best else "") + str(x.rank or "-"), str(r.idx), values, r.state,
                      fmt.number(x.value), fmt.number(r.metrics.get(other)),
                      fmt.bar(r.step, r.max_steps, width=0).split(" ")[0], fmt.duration(r.elapsed_s)])
@@ -37,7 +38,7 @@ def _table(ranking: Ranking, swept: List[str], con: Any) -> None:
 
 def _plots(ranking: Ranking, curves: Dict[int, Dict[str, Curve]], swept: List[str], sweep_dir: Path) -> List[Path]:
     best = ranking.best.record.idx if ranking.best else None
-    labels = {x.record.idx: " ".join(f"{k}={v}" for k, v in x.record.values.items()) for x in ranking.runs}
+    labels = {x.record.idx: fmt.label(x.record.values, x.record.overrides) for x in ranking.runs}
     out = []
     drawn = {idx: c for idx, c in curves.items() if c}
     if drawn:
@@ -67,24 +68,28 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
         hint = f"available: {', '.join(have)}" if have else "no run has any metric yet: see `hpctrain status`"
         print(f"hpctrain report: error: no run of {sweep_dir} has the metric {metric!r} ({hint})", file=sys.stderr)
         return 2
-    ranking = rank(records, metric, mode or default_mode(metric), last)
+    declared = objective(records)
+    is_objective = bool(declared) and declared.get("metric") == metric and mode in (None, declared.get("mode"))
+    ranking = rank(records, metric, mode or default_mode(metric, records), last)
     manifest = runfiles.read_manifest(sweep_dir) or {}
     command = reproduce_command(ranking.best.record, manifest.get("app")) if ranking.best else None
 
-    con.print(f"[bold]sweep[/] {escape(str(sweep_dir))}  ranked by [bold]{escape(metric)}[/] ({ranking.mode})",
+    con.print(f"[bold]sweep[/] {escape(str(sweep_dir))}  ranked by [bold]{escape(metric)}[/] ({ranking.mode}"
+              f"{', the objective' if is_objective else ''})",
               soft_wrap=True)
     _table(ranking, swept, con)
     con.print(counts_line(snap), soft_wrap=True)
     if ranking.best:
         b = ranking.best
-        label = " ".join(f"{k}={v}" for k, v in b.record.values.items()) or "(defaults)"
+        label = fmt.label(b.record.values, b.record.overrides)
         con.print(f"\n[bold green]best:[/] #{b.record.idx} {escape(label)}  {escape(metric)} = {fmt.number(b.value)}"
+                  f" ({'objective, ' if is_objective else ''}{ranking.mode})"
                   f"{'  (' + ranking.best_note + ')' if ranking.best_note else ''}", soft_wrap=True)
         con.print(Text.assemble(("reproduce: ", "bold"), command or ""), soft_wrap=True)
     failed = [x.record for x in ranking.runs if x.record.state in FAILURES]
     for r in failed[:MAX_ERRORS]:
         lines = [line for line in (r.error or "").splitlines() if line.strip()][-5:]
-        label = " ".join(f"{k}={v}" for k, v in r.values.items())
+        label = fmt.label(r.values, r.overrides)
         con.print(f"\n[red]#{r.idx} {escape(label)} {r.state}[/] (log: {escape(fmt.short_path(r.log))})",
                   soft_wrap=True)
         for line in lines or [r.note or "(no error recorded)"]:
@@ -95,10 +100,9 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
 
     try:
         images = _plots(ranking, curves, swept, sweep_dir)
-        table = report_files.rows(ranking, swept)
-        report_files.write_csv(sweep_dir / "results.csv", table)
-        report_files.write_json(sweep_dir / "results.json", ranking, sweep_dir, snap.counts(), command, images)
-        report_files.write_text_atomic(sweep_dir / "report.md", report_files.markdown(
+        write_csv(sweep_dir / "results.csv", result_rows(ranking, swept))
+        write_json(sweep_dir / "results.json", ranking, sweep_dir, snap.counts(), command, images)
+        runfiles.write_text_atomic(sweep_dir / "report.md", markdown(
             ranking, sweep_dir, swept, snap.counts(), command, images))
     except OSError as exc:
         print(f"hpctrain report: error: cannot write the report into {sweep_dir}: {exc}", file=sys.stderr)

@@ -1,9 +1,11 @@
-"""One record per run of a sweep, with its state decided from what is really there.
+"""One row per run of a sweep: its state from the run record, checked against the queue.
 
-Sources, asked in this order: the queue (``squeue``, once for the whole sweep; for local sweeps the
-job's controller process), then the run's own files (metrics.json, events), the cancel record that
-``hpctrain cancel`` leaves, the job's submitit logs and result pickle, and ``sacct`` where accounting
-exists. The queue is asked before the files are read, so a job that ends in between is seen ended.
+The run record (:mod:`hpctrain.record`) says what the run itself wrote: queued, running, requeued,
+retrying, or how it ended. What the record cannot know, the queue tells: a run whose record is still
+active but whose job has left the queue died without a word (killed, out of memory, a node lost), was
+cancelled outside hpctrain, or hit its time limit; Slurm's logs, the job's result and ``sacct`` say
+which. The queue is asked before the records are read, so a job that ends in between is seen ended.
+A queue that cannot be asked is unknown: the record's word stands, with a warning.
 """
 
 import os
@@ -11,19 +13,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from hpctrain import runfiles
-from hpctrain.review import jobs, queue
-from hpctrain.review.sweepdir import RunSpec, Sweep
+from hpctrain import cluster, record, runfiles
+from hpctrain.record import State
+from hpctrain.review import jobs
+from hpctrain.review.sweep import RunSpec, Sweep
 
-STATES = ("pending", "running", "requeued", "completed", "failed", "timeout", "cancelled")
-ACTIVE = ("pending", "running", "requeued")
-FAILURES = ("failed", "timeout")
+STATES = tuple(s.value for s in State)
+ACTIVE = tuple(s.value for s in record.ACTIVE)
+FAILURES = (State.FAILED.value, State.TIMEOUT.value)
 LAUNCHER_QUIET_S = 60.0  # a local sweep that wrote nothing for this long, with no run alive, has no launcher
-
-# sacct's final states -> ours
-_SACCT = {"COMPLETED": "completed", "FAILED": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed",
-          "BOOT_FAIL": "failed", "DEADLINE": "timeout", "TIMEOUT": "timeout", "CANCELLED": "cancelled",
-          "PREEMPTED": "cancelled", "REVOKED": "cancelled"}
 
 
 @dataclass
@@ -35,7 +33,7 @@ class RunRecord:
     run_dir: Optional[str]
     job_id: Optional[str]
     state: str
-    note: str = ""  # why that state, when it was inferred
+    note: str = ""  # why that state, when the queue or the job's files decided it
     step: Optional[int] = None
     max_steps: Optional[int] = None
     loss: Optional[float] = None  # the last train/loss
@@ -44,9 +42,17 @@ class RunRecord:
     log: Optional[str] = None
     error: Optional[str] = None  # the traceback tail of a failed run
     metrics: Dict[str, Any] = field(default_factory=dict)
+    objective: Optional[Dict[str, str]] = None  # {"metric": NAME, "mode": "min"|"max"} as the run declares it
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+    @property
+    def objective_value(self) -> Optional[float]:
+        if not self.objective:
+            return None
+        value = self.metrics.get(self.objective.get("metric"))
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @dataclass
@@ -65,26 +71,26 @@ class Snapshot:
     def active(self) -> List[RunRecord]:
         return [r for r in self.runs if r.state in ACTIVE]
 
+    def objective(self) -> Optional[Dict[str, str]]:
+        """The sweep's objective, as its runs declare it (the first run that has one)."""
+        return next((r.objective for r in self.runs if r.objective), None)
+
 
 class _Judge:
-    """Decides each run's state; asks slow sources (logs, sacct) only for runs the fast ones leave open."""
+    """Checks each run's record against the queue; asks slow sources (logs, sacct) only for runs it must."""
 
-    def __init__(self, sweep: Sweep) -> None:
+    def __init__(self, sweep: Sweep, queue: Optional[cluster.QueueState]) -> None:
         self.sweep = sweep
         self.warnings: List[str] = []
-        self.queue: Optional[Dict[str, Tuple[str, str]]] = None
-        if sweep.launcher == "slurm":
-            self.queue = queue.squeue_query([r.job_id for r in sweep.runs if r.job_id])
-            if self.queue is None:
-                self.warnings.append("squeue did not answer: states of unfinished runs come from their files only")
-        self.cancelled = jobs.read_cancelled(sweep.dir)
+        self.queue = queue
+        if sweep.launcher == "slurm" and queue is None:
+            self.warnings.append("squeue did not answer: unfinished runs are shown as their records say")
         self._sacct: Optional[Dict[str, str]] = None
         self._launcher_alive: Optional[bool] = None
 
     def sacct(self, job_id: str) -> Optional[str]:
         if self._sacct is None:
-            raw = queue.sacct_states([r.job_id for r in self.sweep.runs if r.job_id])
-            self._sacct = {j: s for key, s in raw.items() for j in queue.expand_array_ids(key)}
+            self._sacct = cluster.sacct([r.job_id for r in self.sweep.runs if r.job_id]) or {}
         return self._sacct.get(job_id)
 
     def launcher_alive(self) -> bool:
@@ -96,151 +102,121 @@ class _Judge:
                 self.sweep.dir, [str(r.run_dir) for r in self.sweep.runs if r.run_dir], LAUNCHER_QUIET_S)
         return self._launcher_alive
 
-    def state(self, spec: RunSpec, metrics: Dict[str, Any], att: "Attempts") -> Tuple[str, str]:
-        status = metrics.get("status")
-        if status == runfiles.COMPLETED:
-            return "completed", ""
+    def state(self, spec: RunSpec, rs: record.RunState, summary: Dict[str, Any]) -> Tuple[str, str]:
+        state = rs.state.value if rs.state is not None else summary.get("status")  # older runs: metrics.json
+        if state in (State.FAILED.value, State.TIMEOUT.value):
+            return self._failed(spec, state, rs.error or summary.get("error"))
+        if state in record.FINAL:
+            return state, ""
         job_id = spec.job_id
-        if job_id and att.any_events and att.starts == 0:
-            status = None  # the current job never started: metrics.json is from an earlier submission
-        if (job_id or f"run:{spec.idx}") in self.cancelled:  # a local run that never started has no job id
-            return "cancelled", "cancelled with hpctrain cancel"
-        if att.final_failure:
-            return self._failed(spec, metrics, att)  # out of retries: the job may still be finishing in the queue
-        waiting_again = status in (runfiles.REQUEUED, runfiles.RETRYING)
-        if job_id and self.queue is not None and job_id in self.queue:
-            q_state, reason = self.queue[job_id]
-            if q_state in queue.PENDING_STATES:
-                return ("requeued" if att.starts or waiting_again else "pending"), reason
-            return ("requeued" if waiting_again else "running"), ""
-        if job_id and self.sweep.launcher == "local" and jobs.pid_alive(job_id):
-            return ("requeued" if waiting_again else "running"), ""
-        return self._ended(spec, status, metrics, att)
+        if self.sweep.launcher == "slurm":
+            if self.queue is None:
+                return state or State.QUEUED.value, "queue unknown: as the run's record says"
+            if job_id and cluster.in_queue(self.queue, job_id):
+                q_state, reason = self.queue.get(job_id) or self.queue.get(cluster.split_job_id(job_id)[0], ("", ""))
+                if q_state in cluster.PENDING_STATES:
+                    return (state if state in (State.REQUEUED.value, State.RETRYING.value) else State.QUEUED.value), reason
+                return (state if state == State.REQUEUED.value else State.RUNNING.value), ""
+        elif job_id and jobs.pid_alive(job_id):
+            return (state if state in (State.REQUEUED.value, State.RETRYING.value) else State.RUNNING.value), ""
+        return self._ended(spec, state)
 
-    def _failed(self, spec: RunSpec, metrics: Dict[str, Any], att: "Attempts") -> Tuple[str, str]:
+    def _failed(self, spec: RunSpec, state: str, error: Optional[str]) -> Tuple[str, str]:
         """A failure caused by the time limit (submitit gave up requeuing, or Slurm killed it) is a timeout."""
-        error = f"{metrics.get('error') or ''}\n{att.last_error or ''}"
-        if jobs.is_timeout(error) or (spec.job_id and jobs.log_marker(self.sweep.submitit_folder, spec.job_id) == "timeout"):
-            return "timeout", "hit its time limit"
-        return "failed", ""
+        if state == State.TIMEOUT.value or jobs.is_timeout(error or "") or (
+                spec.job_id and jobs.log_marker(self.sweep.submitit_folder, spec.job_id) == "timeout"):
+            return State.TIMEOUT.value, "hit its time limit"
+        return State.FAILED.value, ""
 
-    def _ended(self, spec: RunSpec, status: Optional[str], metrics: Dict[str, Any], att: "Attempts"
-               ) -> Tuple[str, str]:
-        """Not in the queue (or the queue is unknown): the run ended, never started, or is not yet known."""
+    def _ended(self, spec: RunSpec, state: Optional[str]) -> Tuple[str, str]:
+        """The record says active, but the job is gone from the queue (or never had one)."""
         folder, job_id = self.sweep.submitit_folder, spec.job_id
-        if status == runfiles.FAILED:
-            return self._failed(spec, metrics, att)
+        started = state not in (None, State.QUEUED.value)
+        waiting = state in (None, State.QUEUED.value, State.RETRYING.value)  # the local launcher starts it next
+        if self.sweep.launcher == "local" and waiting and self.launcher_alive():
+            return state or State.QUEUED.value, ""
         if job_id:
             marker = jobs.log_marker(folder, job_id)
             if marker:
                 return marker, "from the job's log"
             acct = self.sacct(job_id)
-            if acct in _SACCT:
-                return _SACCT[acct], f"sacct: {acct}"
+            if acct in cluster.SACCT_FINAL:
+                return cluster.SACCT_FINAL[acct], f"sacct: {acct}"
             outcome = jobs.result_outcome(folder, job_id)
             if outcome:
-                return ("completed" if outcome == "success" else "failed"), "from submitit's result"
-        started = bool(status) or att.starts > 0
-        if self.sweep.launcher == "slurm" and self.queue is None:
-            return ("running" if started else "pending"), "queue unknown: from the run's files"
+                return (State.COMPLETED.value if outcome == "success" else State.FAILED.value), "from submitit's result"
         if not started:
             if self.sweep.launcher == "local" and self.launcher_alive():
-                return "pending", ""
+                return State.QUEUED.value, ""
             if self.sweep.launcher == "local" or not job_id:
-                return "cancelled", "never started; the sweep's launcher is gone"
-            return "cancelled", "left the queue without starting"
-        return "failed", "ended without a result (killed, out of memory or node failure?): see its log"
+                return State.CANCELLED.value, "never started; the sweep's launcher is gone"
+            return State.CANCELLED.value, "left the queue without starting"
+        return State.FAILED.value, "ended without a result (killed, out of memory or node failure?): see its log"
 
 
-@dataclass
-class Attempts:
-    """What the run's events say about its current job (rerunning a sweep submits a new job per run)."""
-
-    starts: int  # attempts of the current job that started: restarts = starts - 1
-    final_failure: bool  # the last attempt failed and no retry follows
-    any_events: bool
-    last_error: Optional[str] = None  # of the current job's last failure
-
-
-def attempts(events: List[Dict], job_id: Optional[str]) -> Attempts:
-    def mine(e: Dict) -> bool:
-        return job_id is None or str(e.get("job_id")) == job_id
-
-    starts = sum(e.get("event") == "start" and mine(e) for e in events)
-    last = [e for e in events if e.get("event") != "submitted"]  # the launcher's note, written after submitting
-    final = bool(last) and last[-1].get("event") == "failed" and mine(last[-1])
-    errors = [e.get("error") for e in events if e.get("event") == "failed" and mine(e) and e.get("error")]
-    return Attempts(starts=starts, final_failure=final, any_events=bool(events),
-                    last_error=str(errors[-1]) if errors else None)
-
-
-def collect(sweep: Sweep) -> Snapshot:
-    """Every run's record, in run order."""
-    judge = _Judge(sweep)  # asks the queue first
+def collect(sweep: Sweep, poller: "Optional[cluster.Poller[cluster.QueueState]]" = None) -> Snapshot:
+    """Every run's row, in run order. The queue is asked first (once for the whole sweep); with a
+    ``poller`` (``status --watch``), a failed call keeps the last answer for a few calls in a row."""
+    queue = None
+    if sweep.launcher == "slurm":
+        queue = poller.poll() if poller is not None else cluster.squeue([r.job_id for r in sweep.runs])
+    judge = _Judge(sweep, queue)
+    if poller is not None and poller.unknown and queue is not None:
+        judge.warnings.append(f"squeue failed {poller.failures} time(s) in a row: its last answer is shown")
     now = time.time()
-    records = []
-    sweep_dir = str(sweep.dir)
+    rows = []
     for spec in sweep.runs:
-        metrics = runfiles.read_json(os.path.join(spec.run_dir, runfiles.METRICS)) if spec.run_dir else None
-        metrics = metrics or {}
-        events = runfiles.read_events(sweep_dir, spec.idx)
-        att = attempts(events, spec.job_id)
-        state, note = judge.state(spec, metrics, att)
-        records.append(_record(sweep, spec, metrics, events, att, state, note, now))
-    return Snapshot(sweep=sweep, runs=records, warnings=judge.warnings, taken=now)
+        summary = (runfiles.read_json(os.path.join(spec.run_dir, runfiles.METRICS)) if spec.run_dir else None) or {}
+        rs = record.read(spec.run_dir)
+        state, note = judge.state(spec, rs, summary)
+        rows.append(_row(sweep, spec, summary, rs, state, note, now))
+    return Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings, taken=now)
 
 
-def _record(sweep: Sweep, spec: RunSpec, metrics: Dict[str, Any], events: List[Dict], att: Attempts, state: str,
-            note: str, now: float) -> RunRecord:
-    values = metrics.get("metrics") or {}
+def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: record.RunState, state: str, note: str,
+         now: float) -> RunRecord:
+    values = summary.get("metrics") or {}
     loss = values.get("train/loss")
-    rec = RunRecord(
+    objective = summary.get("objective")
+    row = RunRecord(
         idx=spec.idx, name=spec.name, values=sweep.values(spec), overrides=spec.overrides,
-        run_dir=str(spec.run_dir) if spec.run_dir else None, job_id=spec.job_id, state=state, note=note,
-        step=metrics.get("step"), max_steps=metrics.get("max_steps") or spec.max_steps,
+        run_dir=str(spec.run_dir) if spec.run_dir else None, job_id=spec.job_id or rs.job_id, state=state, note=note,
+        step=summary.get("step"), max_steps=summary.get("max_steps") or spec.max_steps,
         loss=float(loss) if isinstance(loss, (int, float)) else None,
-        elapsed_s=_elapsed(metrics, state, now),
-        restarts=max(0, att.starts - 1),
+        elapsed_s=_elapsed(summary, rs, state, now),
+        restarts=rs.restarts if rs.state is not None else int(summary.get("restarts") or 0),
         metrics=dict(values),
+        objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
     )
-    if spec.job_id:
-        err = jobs.log_path(sweep.submitit_folder, spec.job_id, "err")
-        out = jobs.log_path(sweep.submitit_folder, spec.job_id, "out")
+    if row.job_id:
+        err = jobs.log_path(sweep.submitit_folder, row.job_id, "err")
+        out = jobs.log_path(sweep.submitit_folder, row.job_id, "out")
         err_size = _size(err)
-        if state in FAILURES + ("cancelled",) and err_size > 0:
-            rec.log = err
+        if state in FAILURES + (State.CANCELLED.value,) and err_size > 0:
+            row.log = err
         elif _size(out) >= 0:
-            rec.log = out
+            row.log = out
         elif err_size >= 0:
-            rec.log = err
+            row.log = err
     if state in FAILURES:
-        rec.error = _error(sweep, spec, metrics, events)
-    return rec
+        row.error = rs.error or summary.get("error") or (
+            "\n".join(jobs.tail_lines(jobs.log_path(sweep.submitit_folder, row.job_id, "err"), 10)) or None
+            if row.job_id else None)
+    return row
 
 
-def _elapsed(metrics: Dict[str, Any], state: str, now: float) -> Optional[float]:
-    started = metrics.get("started")
+def _elapsed(summary: Dict[str, Any], rs: record.RunState, state: str, now: float) -> Optional[float]:
+    started = summary.get("started")
     if not isinstance(started, (int, float)):
-        return metrics.get("elapsed_s")
-    if state == "running":
+        started = rs.started_at
+    if started is None:
+        return summary.get("elapsed_s")
+    if state == State.RUNNING.value:
         return max(0.0, now - started)
-    if isinstance(metrics.get("elapsed_s"), (int, float)):
-        return float(metrics["elapsed_s"])
-    updated = metrics.get("updated")
-    return max(0.0, updated - started) if isinstance(updated, (int, float)) else None
-
-
-def _error(sweep: Sweep, spec: RunSpec, metrics: Dict[str, Any], events: List[Dict]) -> Optional[str]:
-    """The traceback tail: metrics.json's, else the last failure event's, else the end of the job's stderr."""
-    if metrics.get("error"):
-        return str(metrics["error"])
-    failed = [e for e in events if e.get("event") == "failed" and e.get("error")]
-    if failed:
-        return str(failed[-1]["error"])
-    if spec.job_id:
-        lines = jobs.tail_lines(jobs.log_path(sweep.submitit_folder, spec.job_id, "err"), 10)
-        return "\n".join(lines) or None
-    return None
+    if isinstance(summary.get("elapsed_s"), (int, float)):
+        return float(summary["elapsed_s"])
+    ended = rs.ended_at or summary.get("updated")
+    return max(0.0, ended - started) if isinstance(ended, (int, float)) else None
 
 
 def _size(path: str) -> int:

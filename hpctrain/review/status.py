@@ -10,24 +10,30 @@ from typing import Any, List
 
 from rich.markup import escape
 
+from hpctrain import cluster
 from hpctrain.review import fmt
 from hpctrain.review.runs import FAILURES, STATES, Snapshot, collect
-from hpctrain.review.sweepdir import load_sweep
+from hpctrain.review.sweep import load_sweep
 
 MAX_NOTES = 20  # lines about failed or cancelled runs under the table
 
 
 def print_table(snap: Snapshot, con: Any) -> None:
     fancy = fmt.unicode_ok(con)
-    headers = ["#", ", ".join(snap.sweep.swept) or "overrides", "state", "progress", "loss", "elapsed", "restarts",
-               "log"]
+    objective = snap.objective()
+    metric = str(objective["metric"]) if objective and objective.get("metric") != "train/loss" else None
+    headers = ["#", ", ".join(snap.sweep.swept) or "overrides", "state", "progress", "loss"]
+    headers += [f"{metric} ({objective.get('mode', 'min')})"] if metric else []
+    headers += ["elapsed", "restarts", "log"]
     rows, styles = [], []
     for r in snap.runs:
-        values = " ".join(f"{k}={v}" for k, v in r.values.items()) or " ".join(r.overrides) or "(defaults)"
-        rows.append([str(r.idx), values, r.state, fmt.bar(r.step, r.max_steps, fancy=fancy), fmt.number(r.loss),
-                     fmt.duration(r.elapsed_s), str(r.restarts), fmt.short_path(r.log)])
-        styles.append([None, None, fmt.STATE_STYLE.get(r.state), None, None, None, None, None])
-    fmt.table(con, headers, rows, right=(0, 4, 5, 6), styles=styles)
+        row = [str(r.idx), fmt.label(r.values, r.overrides), r.state, fmt.bar(r.step, r.max_steps, fancy=fancy),
+               fmt.number(r.loss)]
+        row += [fmt.number(r.metrics.get(metric))] if metric else []
+        rows.append(row + [fmt.duration(r.elapsed_s), str(r.restarts), fmt.short_path(r.log)])
+        styles.append([None, None, fmt.STATE_STYLE.get(r.state)] + [None] * (len(headers) - 3))
+    n = len(headers)
+    fmt.table(con, headers, rows, right=(0, 4, n - 3, n - 2) + ((5,) if metric else ()), styles=styles)
 
 
 def counts_line(snap: Snapshot) -> str:
@@ -45,7 +51,7 @@ def render(snap: Snapshot, con: Any) -> None:
     for r in snap.runs:
         if r.state in FAILURES and r.error:
             notes.append(f"  [red]#{r.idx} {r.state}:[/] {escape(r.error.strip().splitlines()[-1])}")
-        elif r.note and r.state not in ("pending", "running", "completed"):
+        elif r.note and r.state not in ("queued", "running", "completed"):
             notes.append(f"  [dim]#{r.idx} {r.state}: {escape(r.note)}[/]")
     for line in notes[:MAX_NOTES]:
         con.print(line, soft_wrap=True)
@@ -63,8 +69,12 @@ def exit_code(snap: Snapshot) -> int:
 
 def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json: bool = False) -> int:
     con = fmt.console()
+    poller = None
     while True:
-        snap = collect(load_sweep(sweep_dir))
+        sweep = load_sweep(sweep_dir)
+        if watch and poller is None:  # rides out a busy slurmctld: a failed call is unknown, not gone
+            poller = cluster.Poller(lambda: cluster.squeue([r.job_id for r in sweep.runs]), "squeue")
+        snap = collect(sweep, poller)
         if as_json:
             print(json.dumps({"sweep_dir": str(sweep_dir), "counts": snap.counts(), "warnings": snap.warnings,
                               "runs": [r.to_dict() for r in snap.runs]}, indent=1, default=str))

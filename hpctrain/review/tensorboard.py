@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from hpctrain import runfiles
-from hpctrain.review.sweepdir import Sweep, load_sweep
+from hpctrain.review import fmt
+from hpctrain.review.sweep import Sweep, load_sweep
 
 LINKS = Path(".hpctrain") / "tensorboard"
 START_TIMEOUT_S = 90.0
@@ -31,7 +32,7 @@ def run_names(sweep: Sweep) -> Dict[str, Path]:
     for spec in sweep.runs:
         if spec.run_dir is None:
             continue
-        name = re.sub(r"[/\\:]+", "_", sweep.label(spec, sep=","))
+        name = re.sub(r"[/\\:]+", "_", fmt.label(sweep.values(spec), spec.overrides, sep=","))
         if name in out:
             name = f"{name} #{spec.idx}"
         out[name] = spec.run_dir / runfiles.TB_DIR

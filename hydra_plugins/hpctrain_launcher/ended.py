@@ -1,41 +1,53 @@
-"""After a job's tasks return: a run that died without a word (killed, out of memory) is marked failed.
+"""After an attempt's tasks all ended: the one place that records a silent death and decides a retry.
 
-The job script runs this right after ``srun`` (``python -m hydra_plugins.hpctrain_launcher.ended RUNS
-INDEX RC``); the local launcher calls :func:`mark_ended` when a job's process ends. A run that
-finished, failed with an exception, or was checkpointed for a requeue has already said so in its
-metrics.json and is left alone. No torch here.
+The Slurm job script runs this right after ``srun`` (``python -m hydra_plugins.hpctrain_launcher.ended
+RUNS INDEX RC MAX_RETRIES [LOG]``); the local launcher calls :func:`attempt_ended` when a job's process
+ends. A run whose record still says running when its tasks are gone died without a word (killed, out
+of memory, node failure): it is recorded failed. A failed attempt, whichever rank crashed, is retried
+while the budget lasts: ``retrying`` in the record, then the job is requeued (Slurm) or submitted
+again (local launcher). No torch here.
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
 
-from hpctrain import runfiles
+from hpctrain import cluster, record
 
 
-def mark_ended(run_dir: Path, exit_code: Optional[int], log_path: str = "") -> bool:
-    """Mark the run failed if its own record still says it is running (or it never wrote one)."""
-    record = runfiles.read_metrics(run_dir)
-    if record is not None and record.get("status") != runfiles.RUNNING:
-        return False
-    if record is None and not exit_code:
-        return False
-    where = f"; see {log_path}" if log_path else ""
-    runfiles.update_metrics(
-        run_dir,
-        status=runfiles.FAILED,
-        error=f"the job's tasks ended with exit code {exit_code} while the run was still running "
-              f"(killed, out of memory, or a node failure){where}",
-    )
-    return True
+def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "") -> Optional[int]:
+    """Record a silent death, decide a retry; the retry number when the run is to be retried, else None."""
+    rs = record.read(run_dir)
+    if rs.state in (record.State.RUNNING, record.State.QUEUED) and exit_code != 0:
+        where = f"; see {log_path}" if log_path else ""
+        record.failed(run_dir, f"the job's tasks ended with exit code {exit_code} while the run was still running "
+                               f"(killed, out of memory, or a node failure){where}", fallout=False)
+    attempt = record.retry_allowed(run_dir, max_retries)
+    if attempt is not None:
+        record.retrying(run_dir, attempt, max_retries)
+        print(f"hpctrain: {run_dir.name} failed; retry {attempt} of {max_retries}", file=sys.stderr, flush=True)
+    if rs.state is not None:
+        record.write_summary(run_dir)
+    return attempt
 
 
 def main(argv: list) -> int:
-    runs_file, index, exit_code = argv[0], int(argv[1] or 0), int(argv[2])
+    runs_file, index, exit_code, max_retries = argv[0], int(argv[1] or 0), int(argv[2]), int(argv[3])
     run_dirs = json.loads(Path(runs_file).read_text())
-    if 0 <= index < len(run_dirs):
-        mark_ended(Path(run_dirs[index]), exit_code, argv[3] if len(argv) > 3 else "")
+    if not 0 <= index < len(run_dirs):
+        return 0
+    if attempt_ended(Path(run_dirs[index]), exit_code, max_retries, argv[4] if len(argv) > 4 else "") is not None:
+        job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
+        job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job_id else os.environ.get("SLURM_JOB_ID", "")
+        ans = cluster.requeue(job_id)
+        if ans.stdout is None:  # the retry cannot happen: the run ends failed, saying why
+            run_dir = Path(run_dirs[index])
+            record.failed(run_dir, f"retry not possible: scontrol requeue {job_id} failed: {ans.error}")
+            record.write_summary(run_dir)
+            print(f"hpctrain: scontrol requeue {job_id} failed: {ans.error}", file=sys.stderr)
+            return 1
     return 0
 
 

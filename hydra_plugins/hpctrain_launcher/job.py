@@ -1,12 +1,17 @@
 """What runs on the compute node: one sweep point, composed by Hydra and run with ``run_job``.
 
-The callable is small (a payload path, the retry budget); the heavy shared state (Hydra context,
-task function, sweep config) is pickled once per launch into the sweep dir, not once per run.
-It is a submitit checkpointable: on preemption or time limit the same call is requeued, and the
-app resumes from its checkpoint.
+The callable is small (a payload path); the heavy shared state (Hydra context, task function, sweep
+config) is pickled once per launch into the sweep dir, not once per run. It is a submitit
+checkpointable: on preemption or time limit the same call is requeued, and the app resumes from its
+checkpoint.
+
+Every rank records its own outcome in the run record (:mod:`hpctrain.record`): rank 0 the start and
+the completion (the task function's return value becomes the run's metrics), any rank whose task
+raised its error. Retries are decided once per attempt, after all its tasks ended (``ended.py``, or the
+local launcher), so a crash of any rank counts the same.
 """
 
-import sys
+import os
 from pathlib import Path
 from typing import Any, List
 
@@ -14,30 +19,27 @@ import cloudpickle
 import submitit
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobStatus, run_job, setup_globals
+from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from omegaconf import open_dict
 
-from hpctrain import runfiles
+from hpctrain import record, runfiles
 
 
 def save_payload(path: Path, hydra_context: Any, task_function: Any, config: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        cloudpickle.dump((hydra_context, task_function, config, Singleton.get_state()), f)
-    tmp.replace(path)
+    runfiles.write_bytes_atomic(path, cloudpickle.dumps((hydra_context, task_function, config, Singleton.get_state())))
 
 
 class SweepJob:
-    def __init__(self, payload: str, sweep_dir: str, max_retries: int) -> None:
+    def __init__(self, payload: str, sweep_dir: str, app: str = "") -> None:
         self.payload = payload
         self.sweep_dir = sweep_dir
-        self.max_retries = max_retries
+        self.app = app  # the task function's fingerprint: a rerun of the same code skips completed runs
 
-    def __call__(self, idx: int, overrides: List[str]) -> Any:
+    def __call__(self, idx: int, overrides: List[str], run_dir: str) -> JobReturn:
         env = submitit.JobEnvironment()
+        os.environ[record.RECORDED_ENV] = "1"
         if env.global_rank == 0:
-            runfiles.append_event(Path(self.sweep_dir), idx, "start", job_id=env.job_id)
+            record.started(run_dir, job_id=env.job_id, host=env.hostname)
         with open(self.payload, "rb") as f:
             hydra_context, task_function, config, singleton_state = cloudpickle.load(f)
         Singleton.set_state(singleton_state)
@@ -54,27 +56,37 @@ class SweepJob:
             job_dir_key="hydra.sweep.dir",
             job_subdir_key="hydra.sweep.subdir",
         )
-        timed_out = isinstance(ret._return_value, submitit.core.utils.UncompletedJobError)
-        if ret.status == JobStatus.FAILED and env.global_rank == 0 and not timed_out:
-            self._retry_or_fail(env, idx, ret)  # a crash; not submitit giving up at the time limit
-        return ret.return_value  # re-raises the task's exception when it failed
+        if ret.status == JobStatus.COMPLETED:
+            if env.global_rank == 0:
+                self._completed(run_dir, ret.return_value, self.app)
+            return ret
+        exc = ret._return_value
+        if isinstance(exc, submitit.core.utils.UncompletedJobError):  # submitit gave up at the time limit
+            record.timed_out(run_dir, str(exc), rank=env.global_rank)
+        else:
+            record.failed(run_dir, _error_tail(exc), rank=env.global_rank, job_id=env.job_id)
+        record.write_summary(run_dir)  # the batch script (or local launcher) writes it again once all ranks ended
+        return ret.return_value  # re-raises the task's exception: a non-zero exit ends the step
 
-    def _retry_or_fail(self, env: submitit.JobEnvironment, idx: int, ret: Any) -> None:
-        sweep_dir = Path(self.sweep_dir)
-        events = runfiles.read_events(sweep_dir, idx)
-        since = max((i for i, e in enumerate(events) if e["event"] == "submitted"), default=-1)
-        failures = sum(e["event"] == "failed" for e in events[since + 1 :])  # this submission's only
-        runfiles.append_event(sweep_dir, idx, "failed", job_id=env.job_id, error=repr(ret._return_value)[:500])
-        if failures >= self.max_retries:
-            return  # out of retries: the run ends failed (metrics.json says so)
-        run_dir = Path(ret.hydra_cfg.hydra.runtime.output_dir)  # run_job sets it before the task starts
-        if (run_dir / runfiles.METRICS).exists():
-            runfiles.update_metrics(run_dir, status=runfiles.RETRYING, retry=failures + 1)
-        runfiles.append_event(sweep_dir, idx, "retry", attempt=failures + 1, of=self.max_retries)
-        print(f"hpctrain: run {idx} failed; requeued (retry {failures + 1} of {self.max_retries})", file=sys.stderr)
-        env._requeue(countdown=self.max_retries - failures)  # scontrol requeue / local controller restart
-        sys.exit(1)
+    @staticmethod
+    def _completed(run_dir: str, value: Any, app: str) -> None:
+        """The return value (a number or a dict of numbers) becomes the run's final metrics, unless the
+        app wrote its own (hpctrain's trainer does)."""
+        summary = runfiles.read_metrics(Path(run_dir)) or {}
+        fields = {} if summary.get("metrics") else {"metrics": record.numbers(value)}
+        record.completed(run_dir, app=app)
+        record.write_summary(run_dir, **fields)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2 (rank 0): requeue the same call; the app resumes from its checkpoint."""
+        run_dir = args[2] if len(args) > 2 else kwargs["run_dir"]
+        record.requeued(run_dir)
+        record.write_summary(run_dir)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _error_tail(exc: BaseException, lines: int = 15) -> str:
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return "\n".join(text.rstrip().splitlines()[-lines:])

@@ -18,7 +18,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hpctrain import runfiles
+from hpctrain import cluster, record, runfiles
 from hpctrain.container import check_container, container_command, default_binds
 
 from .plan import Run, exclude_constant_keys, plan_runs
@@ -81,7 +81,8 @@ class BaseLauncher(Launcher):
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
 
-        completed = [runfiles.is_completed(r.run_dir) for r in runs]  # a rerun finishes what is left
+        app = record.app_fingerprint(self.task_function)
+        completed = [record.is_completed(r.run_dir, app) for r in runs]  # a rerun finishes what is left
         done = [r for r, c in zip(runs, completed) if c]
         todo = [r for r, c in zip(runs, completed) if not c]
         for r in done:
@@ -104,7 +105,7 @@ class BaseLauncher(Launcher):
         payload = self.base.with_suffix(".pkl")
         save_payload(payload, self.hydra_context, self.task_function, self.config)
         runfiles.write_json_atomic(payload.with_suffix(".runs.json"), [str(r.run_dir) for r in todo])
-        job = SweepJob(str(payload), str(sweep_dir), int(self.params.max_retries))
+        job = SweepJob(str(payload), str(sweep_dir), app)
         self.record_submission(sweep_dir, todo)
         jobs = self.submit(todo, job, python, sweep_dir)
         self.record_job_ids(sweep_dir, {r.idx: str(j.job_id) for r, j in zip(todo, jobs)})
@@ -154,12 +155,15 @@ class BaseLauncher(Launcher):
     def record_submission(self, sweep_dir: Path, runs: List[Run]) -> None:
         """Before anything starts: this submission's runs in sweep.json and in their event logs."""
         manifest = runfiles.read_manifest(sweep_dir) or {"runs": {}, "submissions": []}
-        manifest.update(launcher=self.kind, app=getattr(self.task_function, "__module__", None),
+        app = getattr(self.task_function, "__module__", None)
+        if app == "__main__":  # a script run as `python train.py`: the script is the app
+            app = os.path.abspath(sys.argv[0])
+        manifest.update(launcher=self.kind, app=app,
                         submitit_folder=str(self.params.submitit_folder), launcher_pid=os.getpid())
         manifest["submissions"].append({"time": time.time(), "job_ids": [], "runs": [r.idx for r in runs],
                                         "launcher_pid": os.getpid()})
         for run in runs:
-            runfiles.append_event(sweep_dir, run.idx, "submitted")  # retries count from here
+            record.submitted(run.run_dir)  # retries count from here
             manifest["runs"][str(run.idx)] = {
                 "name": run.name,
                 "run_dir": os.path.relpath(run.run_dir, sweep_dir),
@@ -173,7 +177,7 @@ class BaseLauncher(Launcher):
         manifest = runfiles.read_manifest(sweep_dir)
         assert manifest is not None, "record_submission() writes it first"
         submission = manifest["submissions"][-1]
-        submission["job_ids"] = sorted(set(submission["job_ids"]) | {j.split("_")[0] for j in job_ids.values()})
+        submission["job_ids"] = sorted(set(submission["job_ids"]) | set(cluster.array_ids(job_ids.values())))
         for idx, job_id in job_ids.items():
             manifest["runs"][str(idx)]["job_id"] = job_id
         runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
@@ -189,16 +193,23 @@ class BaseLauncher(Launcher):
         return returns
 
     def _collect(self, run: Run, job: Any) -> JobReturn:
-        """The finished job's return value (rank 0's), or its exception as a failed JobReturn."""
-        ret = self._placeholder(run, JobStatus.COMPLETED)
+        """Rank 0's JobReturn as Hydra's ``run_job`` made it (cfg, hydra_cfg, task_name, working_dir, the
+        return value), or the job's exception as a failed JobReturn."""
         try:
-            ret._return_value = job.results()[0]
+            ret = job.results()[0]
         except Exception as exc:  # noqa: BLE001 - a failed run is reported, the sweep goes on
-            ret.status, ret._return_value = JobStatus.FAILED, exc
+            ret = self._placeholder(run, JobStatus.FAILED)
+            ret._return_value = exc
+            return ret
+        if not isinstance(ret, JobReturn):  # a job of an older payload returned the bare value
+            value, ret = ret, self._placeholder(run, JobStatus.COMPLETED)
+            ret._return_value = value
         return ret
 
     def _placeholder(self, run: Run, status: JobStatus) -> JobReturn:
-        ret = JobReturn(overrides=run.overrides, status=status, _return_value=None)
+        """A JobReturn for a run whose job gave none (skipped, dry run, not waited for, died)."""
+        ret = JobReturn(overrides=run.overrides, status=status, _return_value=None, cfg=run.cfg,
+                        task_name=str(self.config.hydra.job.name) if self.config is not None else None)
         ret.working_dir = str(run.run_dir)
         return ret
 
@@ -213,14 +224,16 @@ def _check_writable(sweep_dir: Path) -> List[str]:
 
 
 def summary_lines(runs: List[Run]) -> List[str]:
-    """One line per run: its values, status, final loss, where its TensorBoard logs are."""
+    """One line per run: its values, state, final loss (or the first metric a foreign app returned), where
+    its TensorBoard logs are."""
     lines = []
     for run in runs:
-        record = runfiles.read_metrics(run.run_dir) or {}
-        metrics = record.get("metrics") or {}
-        loss = metrics.get("train/loss")
-        loss_s = f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"
+        metrics = (runfiles.read_metrics(run.run_dir) or {}).get("metrics") or {}
+        name = "train/loss" if "train/loss" in metrics else next(iter(metrics), "loss")
+        value = metrics.get(name)
+        shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
         values = " ".join(filter_overrides(run.overrides)) or "(defaults)"
-        lines.append(f"  #{run.idx:<3} {values:<30} {record.get('status', 'unknown'):<10} "
-                     f"loss={loss_s:<8} tb={run.run_dir / runfiles.TB_DIR}")
+        state = record.state_of(run.run_dir) or "unknown"
+        lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name.split('/')[-1]}={shown:<8} "
+                     f"tb={run.run_dir / runfiles.TB_DIR}")
     return lines

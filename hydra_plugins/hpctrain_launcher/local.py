@@ -13,7 +13,9 @@ from typing import Any, List
 
 from hydra.core.utils import JobReturn
 
-from .ended import mark_ended
+from hpctrain import compat
+
+from .ended import attempt_ended
 from .launcher import BaseLauncher, Run
 
 
@@ -78,7 +80,7 @@ class LocalLauncher(BaseLauncher):
             while pending and free:
                 run, gpus = pending.pop(0), free.pop(0)
                 executor.update_parameters(visible_gpus=tuple(gpus))
-                jobs[run.idx] = submitted = executor.submit(job, run.idx, run.overrides)
+                jobs[run.idx] = submitted = executor.submit(job, run.idx, run.overrides, str(run.run_dir))
                 running[run.idx] = (submitted, gpus)
                 self.record_job_ids(sweep_dir, {run.idx: str(submitted.job_id)})
                 print(f"  started #{run.idx} {run.name} (job {submitted.job_id})", flush=True)
@@ -86,16 +88,18 @@ class LocalLauncher(BaseLauncher):
                 if submitted.done():
                     del running[idx]
                     free.append(gpus)
-                    self._ended(by_idx[idx], submitted)
+                    if self._ended(by_idx[idx], submitted):
+                        pending.insert(0, by_idx[idx])  # retried: submitted again, first in line
             time.sleep(0.2)
         return [jobs[r.idx] for r in runs]
 
-    @staticmethod
-    def _ended(run: Run, job: Any) -> None:
-        code = job._process.poll() if job._process is not None else None
-        if not job.paths.result_pickle.exists():
-            mark_ended(run.run_dir, code if code is not None else -1, str(job.paths.stderr))
+    def _ended(self, run: Run, job: Any) -> bool:
+        """Record a silent death and decide a retry (any rank's crash counts); True to submit it again."""
+        code = compat.local_job_exit_code(job)
         print(f"  ended   #{run.idx} (exit code {code})", flush=True)
+        retry = attempt_ended(run.run_dir, code if code is not None else -1, int(self.params.max_retries),
+                              str(job.paths.stderr))
+        return retry is not None
 
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         return self.report_results(runs, [self._collect(run, job) for run, job in zip(runs, jobs)], sweep_dir)

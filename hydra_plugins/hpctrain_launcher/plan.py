@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hpctrain.compat import apply_overrides, get_overrides_dirname
 
 
 @dataclass
@@ -63,7 +64,7 @@ def plan_runs(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Seq
                     bases[groups] = _split(loader.load_sweep_config(config, list(groups)))
                 base = bases[groups]
                 cfg = copy.deepcopy(base.task)
-                ConfigLoaderImpl._apply_overrides_to_config([o for o, g in zip(parsed, is_group) if not g], cfg)
+                apply_overrides([o for o, g in zip(parsed, is_group) if not g], cfg)
                 run_dir = _run_dir(base, parsed, idx)
                 run = Run(idx=idx, overrides=list(overrides), run_dir=run_dir, cfg=cfg)
         except Exception as exc:  # noqa: BLE001 - every bad point is reported, not just the first

@@ -6,15 +6,12 @@ has, submits with ``map_array`` and returns (or waits with ``wait=true``).
 """
 
 import shlex
-import subprocess
-import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from hpctrain import runfiles
-from hpctrain.review.queue import squeue_states
+from hpctrain import cluster, compat, record
 
 from .launcher import BaseLauncher, LaunchError, Run
 
@@ -50,8 +47,6 @@ class SlurmLauncher(BaseLauncher):
         return int(self.params.nodes) * self.tasks_per_node()
 
     def sbatch_parameters(self, python: str) -> Dict[str, Any]:
-        from submitit.slurm.slurm import _convert_mem
-
         values = {k: self.params[k] for k in SBATCH_NAMES if k in self.params}
         values["tasks_per_node"] = self.tasks_per_node()
         values["gpus_per_node"] = self.gpus_per_node() or None
@@ -59,7 +54,7 @@ class SlurmLauncher(BaseLauncher):
         out = {SBATCH_NAMES.get(k, k): v for k, v in values.items() if v is not None and v != {} and v != []}
         out["setup"] = values["setup"]
         if "mem" in out:
-            out["mem"] = _convert_mem(float(out["mem"]))
+            out["mem"] = compat.convert_mem(float(out["mem"]))
         out["additional_parameters"] = dict(out.get("additional_parameters") or {})
         out["srun_args"] = list(out.get("srun_args") or [])
         if not any(a.startswith(("--kill-on-bad-exit", "-K")) for a in out["srun_args"]):
@@ -74,7 +69,7 @@ class SlurmLauncher(BaseLauncher):
         return [
             "hpctrain_rc=$?",  # srun's exit status: must be the first line after the srun line
             f"{python} -m hydra_plugins.hpctrain_launcher.ended {shlex.quote(str(runs_file))} "
-            '"${SLURM_ARRAY_TASK_ID:-0}" "$hpctrain_rc" || true',
+            f'"${{SLURM_ARRAY_TASK_ID:-0}}" "$hpctrain_rc" {int(self.params.max_retries)} || true',
         ]
 
     def submit(self, runs: List[Run], job: Any, python: str, sweep_dir: Path) -> List[Any]:
@@ -84,21 +79,20 @@ class SlurmLauncher(BaseLauncher):
             folder=str(self.params.submitit_folder), max_num_timeout=int(self.params.max_num_timeout), python=python
         )
         executor.update_parameters(**self.sbatch_parameters(python))
-        return executor.map_array(job, [r.idx for r in runs], [r.overrides for r in runs])
+        return executor.map_array(job, [r.idx for r in runs], [r.overrides for r in runs],
+                                  [str(r.run_dir) for r in runs])
 
     def dry_run_text(self, runs: List[Run], python: str, sweep_dir: Path) -> str:
-        from submitit.slurm.slurm import _make_sbatch_string
-
         # absolute, as submitit makes it (Path(folder).absolute()): the text is what sbatch would get
         folder = str(Path(str(self.params.submitit_folder)).expanduser().absolute())
         command = " ".join([python, "-u -m submitit.core._submit", shlex.quote(folder)])
         params = self.sbatch_parameters(python)
         if len(runs) > 1:
             params["map_count"] = len(runs)
-        return _make_sbatch_string(command=command, folder=folder, **params)
+        return compat.make_sbatch_string(command=command, folder=folder, **params)
 
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
-        array_id = str(jobs[0].job_id).split("_")[0]
+        array_id = cluster.split_job_id(str(jobs[0].job_id))[0]
         print(f"hpctrain: submitted {len(runs)} run(s) as Slurm job {array_id}"
               f"{' (one array)' if len(runs) > 1 else ''}")
         print(f"  sweep dir: {sweep_dir}")
@@ -111,18 +105,18 @@ class SlurmLauncher(BaseLauncher):
     def _wait(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         """Block until no task of the array is left in the queue, then collect results."""
         ids = [str(j.job_id) for j in jobs]
-        last = ""
-        while True:
-            queued = squeue_states(ids)
-            left = [i for i in ids if i in queued or i.split("_")[0] in queued]
-            done = sum(runfiles.is_completed(r.run_dir) for r in runs)
-            line = f"  {done}/{len(runs)} completed, {len(left)} queued or running"
-            if line != last:
+        last = [""]
+
+        def progress(queue: cluster.QueueState) -> None:
+            left = sum(cluster.in_queue(queue, i) for i in ids)
+            done = sum(record.is_completed(r.run_dir) for r in runs)
+            line = f"  {done}/{len(runs)} completed, {left} queued or running"
+            if line != last[0]:
                 print(line, flush=True)
-                last = line
-            if not left:
-                break
-            time.sleep(2)
+                last[0] = line
+
+        # a failed squeue call is "unknown", never "gone": the wait goes on until the queue answers empty
+        cluster.poll_squeue(ids, 2.0, lambda q: not any(cluster.in_queue(q, i) for i in ids), progress)
         returns = []
         for run, job in zip(runs, jobs):
             if job.paths.result_pickle.exists():
@@ -152,25 +146,25 @@ class SlurmLauncher(BaseLauncher):
     def _check_against_cluster(self) -> List[str]:
         """Requests no node of the partition can meet, asked of the cluster itself (sinfo/scontrol)."""
         p = self.params
-        partitions = _partitions()
+        partitions = cluster.partitions()
         if partitions is None:
-            return []  # no Slurm tools here: nothing to compare against
-        name = p.partition or next((n for n, v in partitions.items() if v["default"]), None)
+            return []  # no Slurm tools here, or scontrol did not answer: nothing to compare against
+        name = p.partition or next((n for n, v in partitions.items() if v.default), None)
         if name is None:
             return []
         if name not in partitions:
             return [f"hydra.launcher.partition={name!r}: no such partition (have: {', '.join(sorted(partitions))})"]
         part = partitions[name]
         problems = []
-        max_time = part["max_time_min"]
+        max_time = part.max_time_min
         if max_time is not None and int(p.timeout_min) > max_time:
             problems.append(f"hydra.launcher.timeout_min={p.timeout_min}: partition {name!r} allows at most {max_time}")
-        nodes = part["nodes"]
+        nodes = part.nodes
         if int(p.nodes) > len(nodes):
             problems.append(f"hydra.launcher.nodes={p.nodes}: partition {name!r} has {len(nodes)} node(s)")
         if nodes:
-            max_gpus = max(n["gpus"] for n in nodes)
-            max_cpus = max(n["cpus"] for n in nodes)
+            max_gpus = max(n.gpus for n in nodes)
+            max_cpus = max(n.cpus for n in nodes)
             if self.gpus_per_node() > max_gpus:
                 problems.append(f"hydra.launcher.gpus_per_node={self.gpus_per_node()}: nodes of partition "
                                 f"{name!r} have at most {max_gpus} GPU(s)")
@@ -178,65 +172,8 @@ class SlurmLauncher(BaseLauncher):
             if cpus > max_cpus:
                 problems.append(f"hydra.launcher: tasks_per_node x cpus_per_task = {cpus} CPUs: nodes of partition "
                                 f"{name!r} have at most {max_cpus}")
-            max_mem = max(n["mem_mb"] for n in nodes)
+            max_mem = max(n.mem_mb for n in nodes)
             if p.mem_gb is not None and float(p.mem_gb) * 1024 > max_mem:
                 problems.append(f"hydra.launcher.mem_gb={p.mem_gb}: nodes of partition {name!r} have at most "
                                 f"{max_mem / 1024:.1f} GB")
         return problems
-
-
-def _partitions() -> Optional[Dict[str, Dict[str, Any]]]:
-    """Partitions with their time limit and nodes, from `scontrol show partition/node --json`-free text."""
-    try:
-        parts = subprocess.run(["scontrol", "show", "partition", "-o"], capture_output=True, text=True, timeout=20)
-        nodes = subprocess.run(["scontrol", "show", "node", "-o"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if parts.returncode != 0 or nodes.returncode != 0:
-        return None
-    node_info = {}
-    for line in nodes.stdout.splitlines():
-        f = _fields(line)
-        if "NodeName" in f:
-            gres = f.get("Gres", "")
-            gpus = sum(int(g.split(":")[-1].split("(")[0]) for g in gres.split(",") if g.startswith("gpu"))
-            node_info[f["NodeName"]] = {"cpus": int(f.get("CPUTot", 0)), "gpus": gpus,
-                                        "mem_mb": int(f.get("RealMemory", 0))}
-    out = {}
-    for line in parts.stdout.splitlines():
-        f = _fields(line)
-        if "PartitionName" not in f:
-            continue
-        names = _expand(f.get("Nodes", ""))
-        out[f["PartitionName"]] = {
-            "default": f.get("Default") == "YES",
-            "max_time_min": _minutes(f.get("MaxTime", "UNLIMITED")),
-            "nodes": [node_info[n] for n in names if n in node_info],
-        }
-    return out
-
-
-def _fields(line: str) -> Dict[str, str]:
-    return dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-
-
-def _expand(nodelist: str) -> List[str]:
-    if not nodelist or nodelist == "(null)":
-        return []
-    proc = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=20)
-    return proc.stdout.split()
-
-
-def _minutes(limit: str) -> Optional[int]:
-    """Slurm time limit ("UNLIMITED", "30", "1:00:00", "2-00:00:00") in minutes."""
-    if limit in ("UNLIMITED", "INFINITE", "NONE", ""):
-        return None
-    days = 0
-    if "-" in limit:
-        d, limit = limit.split("-", 1)
-        days = int(d)
-    parts = [int(x) for x in limit.split(":")]
-    h, m, s = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
-    return days * 1440 + h * 60 + m + (1 if s else 0)
-
-

@@ -30,6 +30,13 @@ def metrics(run_dir: Path) -> dict:
         return {}
 
 
+def record_kinds(run_dir: Path) -> List[str]:
+    """The run record's transitions, in order (``["submitted", "started", ...]``)."""
+    from hpctrain import record
+
+    return [e.kind for e in record.events(run_dir)]
+
+
 def run_dirs(sweep: Path) -> List[Path]:
     return sorted((p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")),
                   key=lambda p: int(p.name.split("_")[0]))

@@ -1,0 +1,400 @@
+"""Every Slurm query in one place (squeue, sacct, scontrol, scancel), read as production clusters print them.
+
+Below both the launcher and the review commands; no torch, no hpctrain.review import.
+
+The rule for every query: a call that fails (tool missing, non-zero exit, timeout, controller busy)
+answers ``None``, meaning *unknown*. It never answers an empty result, which would read as "every job
+has left the queue". Callers that poll (``wait=true``, ``status --watch``) use :class:`Poller`, which
+keeps the last good answer through a few failed calls in a row and says so when it lasts.
+
+Parsers (pure functions, tested on recorded lines from real clusters):
+
+- :func:`parse_gres` ``"gpu:a100:4(S:0-1),shard:h100:32(S:0-1)"`` -> ``[Gres("gpu", "a100", 4, "0-1"), ...]``;
+  :func:`gpu_count` sums the ``gpu`` entries (``shard``/``mps`` are not GPUs).
+- :func:`expand_nodelist` ``"gpu[001-016],gpu[201-204]"`` -> 20 names, in Python (no ``scontrol show hostnames``).
+- :func:`time_limit_minutes` every Slurm time-limit form; ``None`` for ``UNLIMITED``/``INFINITE``.
+- :func:`parse_config` / :func:`array_limits` ``MaxArraySize`` and ``max_array_tasks`` (1001 when unreadable).
+- :func:`expand_array_ids` / :func:`split_job_id` squeue's ``"14_[1-3,7%2]"`` and ``"14_3"`` forms.
+"""
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, Generic, Iterable, List, Optional, Sequence, Tuple, TypeVar
+
+DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
+PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "CONFIGURING"})
+# sacct's final states -> the run record's (hpctrain.record.State values)
+SACCT_FINAL = {"COMPLETED": "completed", "FAILED": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed",
+               "BOOT_FAIL": "failed", "DEADLINE": "timeout", "TIMEOUT": "timeout", "CANCELLED": "cancelled",
+               "PREEMPTED": "cancelled", "REVOKED": "cancelled"}
+TIMEOUT_S = 30
+
+
+# ---------------------------------------------------------------- running a query
+@dataclass
+class Answer:
+    """One call's outcome: ``stdout`` when it worked, else ``None`` and the reason in ``error``."""
+
+    stdout: Optional[str]
+    error: str = ""
+    returncode: int = 0
+
+
+def run(argv: Sequence[str], timeout_s: float = TIMEOUT_S) -> Answer:
+    """Run a Slurm command; any failure is an Answer with ``stdout=None`` and a one-line error."""
+    if shutil.which(argv[0]) is None:
+        return Answer(None, f"{argv[0]}: not found on PATH (not a Slurm login node?)", 127)
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Answer(None, f"{argv[0]}: {exc}", 1)
+    if proc.returncode != 0:
+        err = " ".join(proc.stderr.split()) or f"exit code {proc.returncode}"
+        return Answer(None, err, proc.returncode)
+    return Answer(proc.stdout)
+
+
+def have_slurm() -> bool:
+    return shutil.which("squeue") is not None
+
+
+# ---------------------------------------------------------------- job ids
+def split_job_id(job_id: str) -> Tuple[str, Optional[str]]:
+    """``"123_4"`` -> ``("123", "4")``; ``"123"`` -> ``("123", None)``."""
+    base, sep, task = str(job_id).partition("_")
+    return base, (task if sep else None)
+
+
+def array_ids(job_ids: Iterable[Optional[str]]) -> List[str]:
+    """The distinct job (array) ids of a list of job or array-task ids."""
+    return sorted({split_job_id(j)[0] for j in job_ids if j})
+
+
+def expand_array_ids(job_id: str) -> List[str]:
+    """``"14_[1-3,7%2]"`` -> ``["14_1", "14_2", "14_3", "14_7"]``; anything else unchanged."""
+    m = re.fullmatch(r"(\d+)_\[([^\]]+)\]", job_id)
+    if not m:
+        return [job_id]
+    out = []
+    for part in m.group(2).split("%")[0].split(","):
+        lo, _, hi = part.partition("-")
+        out += [f"{m.group(1)}_{i}" for i in range(int(lo), int(hi or lo) + 1)]
+    return out
+
+
+# ---------------------------------------------------------------- queue and accounting
+QueueState = Dict[str, Tuple[str, str]]  # job id (array tasks one by one) -> (STATE, reason)
+
+
+def squeue(job_ids: Iterable[Optional[str]]) -> Optional[QueueState]:
+    """``{"123_4": ("PENDING", "Priority"), "125": ("RUNNING", "None")}`` for jobs still in the queue;
+    ``None`` when the queue could not be asked.
+
+    ``-r`` prints one line per array task. Slurm answers "Invalid job id" when a single id is no
+    longer known (purged after ``MinJobAge``): that alone is an empty queue, not an error.
+    """
+    ids = array_ids(job_ids)
+    if not ids:
+        return {} if have_slurm() else None
+    ans = run(["squeue", "-h", "-r", "-j", ",".join(ids), "-o", "%i|%T|%r"])
+    if ans.stdout is None:
+        return {} if "Invalid job id" in ans.error else None
+    out: QueueState = {}
+    for line in ans.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3:
+            for job_id in expand_array_ids(parts[0]):
+                out[job_id] = (parts[1], parts[2])
+    return out
+
+
+def in_queue(queue: QueueState, job_id: str) -> bool:
+    return job_id in queue or split_job_id(job_id)[0] in queue
+
+
+def sacct(job_ids: Iterable[Optional[str]]) -> Optional[Dict[str, str]]:
+    """Final states from accounting (``{"123_4": "COMPLETED"}``); ``None`` where accounting is off or failed."""
+    ids = array_ids(job_ids)
+    if not ids:
+        return {}
+    ans = run(["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State"])
+    if ans.stdout is None:
+        return None
+    out: Dict[str, str] = {}
+    for line in ans.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 2 and parts[1].strip():
+            for job_id in expand_array_ids(parts[0]):
+                out[job_id] = parts[1].split()[0]  # "CANCELLED by 0" -> CANCELLED
+    return out
+
+
+def scancel(job_ids: List[str]) -> Tuple[int, str]:
+    """Cancel jobs or array tasks (``123``, ``123_4``); scancel's exit code and its error line."""
+    if not job_ids:
+        return 0, ""
+    ans = run(["scancel", *job_ids], timeout_s=60)
+    return ans.returncode, ans.error
+
+
+def requeue(job_id: str) -> Answer:
+    """``scontrol requeue JOB``: the job goes back to the queue (its tasks are ended first)."""
+    return run(["scontrol", "requeue", job_id], timeout_s=60)
+
+
+T = TypeVar("T")
+
+
+class Poller(Generic[T]):
+    """A query asked again and again (``wait=true``, ``status --watch``) that rides out failed calls.
+
+    :meth:`poll` returns the last good answer while up to ``patience`` calls in a row fail (``None``
+    before the first good one) and prints one line to stderr when calls keep failing.
+    """
+
+    def __init__(self, query: Callable[[], Optional[T]], what: str, patience: int = 5) -> None:
+        self.query, self.what, self.patience = query, what, patience
+        self.last: Optional[T] = None
+        self.failures = 0  # failed calls in a row
+
+    def poll(self) -> Optional[T]:
+        answer = self.query()
+        if answer is not None:
+            if self.failures >= 2:
+                print(f"hpctrain: {self.what} answers again after {self.failures} failed calls", file=sys.stderr)
+            self.failures, self.last = 0, answer
+            return answer
+        self.failures += 1
+        if self.failures == 2 or self.failures % 10 == 0:
+            print(f"hpctrain: {self.what} failed {self.failures} times in a row: the last known answer stands",
+                  file=sys.stderr)
+        return self.last if self.failures <= self.patience else None
+
+    @property
+    def unknown(self) -> bool:
+        """Whether the last calls failed (the answer given is old or missing)."""
+        return self.failures > 0
+
+
+def poll_squeue(job_ids: List[str], interval_s: float, is_done: Callable[[QueueState], bool],
+                on_change: Callable[[QueueState], None] = lambda q: None) -> QueueState:
+    """Ask squeue until ``is_done(queue)``; failed calls never end the wait (they are unknown, not gone)."""
+    poller: Poller[QueueState] = Poller(lambda: squeue(job_ids), "squeue")
+    while True:
+        queue = poller.poll()
+        if queue is not None and not poller.unknown:
+            on_change(queue)
+            if is_done(queue):
+                return queue
+        time.sleep(interval_s)
+
+
+# ---------------------------------------------------------------- cluster facts
+@dataclass(frozen=True)
+class Gres:
+    name: str  # gpu, shard, mps, ...
+    type: Optional[str]  # a100, 1g.10gb (MIG), None when untyped
+    count: int
+    sockets: Optional[str] = None  # "0-1" from "(S:0-1)"
+
+
+_GRES = re.compile(r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?:(?P<count>\d+)[KMG]?(?:\((?P<extra>[^)]*)\))?$")
+
+
+def _split_top(text: str) -> List[str]:
+    """Split on commas outside parentheses (``gpu:4(S:0,1),shard:8``)."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return parts + [cur]
+
+
+def parse_gres(text: str) -> List[Gres]:
+    """A node's ``Gres=`` value; ``(null)``/empty -> ``[]``; an entry that does not parse is skipped."""
+    text = (text or "").strip()
+    if text in ("", "(null)", "N/A"):
+        return []
+    out = []
+    for entry in _split_top(text):
+        entry = entry.strip()
+        m = _GRES.match(entry)
+        if m:
+            sockets = None
+            if m.group("extra") and m.group("extra").startswith("S:"):
+                sockets = m.group("extra")[2:]
+            out.append(Gres(m.group("name"), m.group("type"), int(m.group("count")), sockets))
+        elif re.fullmatch(r"[A-Za-z_]+(:[^:()]+)?", entry):  # "gpu" alone: one
+            name, _, typ = entry.partition(":")
+            out.append(Gres(name, typ or None, 1))
+    return out
+
+
+def gpu_count(gres: str) -> int:
+    return sum(g.count for g in parse_gres(gres) if g.name == "gpu")
+
+
+def expand_nodelist(text: str) -> List[str]:
+    """``"gpu[001-016],gpu[201-204]"``, ``"n[1-3,7]"``, ``"a,b"`` -> host names (zero padding kept)."""
+    text = (text or "").strip()
+    if text in ("", "(null)"):
+        return []
+    out: List[str] = []
+    for item in _split_brackets(text):
+        m = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\](.*)", item)
+        if not m:
+            out.append(item)
+            continue
+        prefix, ranges, rest = m.groups()
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            width = len(lo)
+            for i in range(int(lo), int(hi or lo) + 1):
+                out += [prefix + str(i).zfill(width) + tail for tail in (expand_nodelist(rest) or [""])]
+    return out
+
+
+def _split_brackets(text: str) -> List[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [p for p in parts + [cur] if p]
+
+
+def time_limit_minutes(text: str) -> Optional[int]:
+    """Slurm time limit in minutes (seconds rounded up); ``None`` for no limit.
+
+    ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``; ``30:00`` is 30 minutes.
+    Raises ValueError on anything else.
+    """
+    text = (text or "").strip()
+    if text.upper() in ("UNLIMITED", "INFINITE", "NONE", "N/A", ""):
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if not m:
+        raise ValueError(f"not a Slurm time limit: {text!r}")
+    days, a, b, c = m.groups()
+    if days is not None:  # D-HH[:MM[:SS]]
+        d, h, mi, s = int(days), int(a), int(b or 0), int(c or 0)
+    elif c is not None:  # HH:MM:SS
+        d, h, mi, s = 0, int(a), int(b), int(c)
+    else:  # MM[:SS]
+        d, h, mi, s = 0, 0, int(a), int(b or 0)
+    return d * 1440 + h * 60 + mi + (1 if s else 0)
+
+
+def parse_fields(line: str) -> Dict[str, str]:
+    """``scontrol show ... -o`` line -> fields; values may hold spaces (``Reason=ECC errors [root@...]``)."""
+    out: Dict[str, str] = {}
+    for m in re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=(.*?)(?=\s+[A-Za-z][A-Za-z0-9_/:]*=|\s*$)", line):
+        out.setdefault(m.group(1), m.group(2).strip())
+    return out
+
+
+@dataclass
+class Node:
+    name: str
+    cpus: int
+    gpus: int
+    mem_mb: int
+    state: str
+    gres: List[Gres]
+
+
+@dataclass
+class Partition:
+    name: str
+    default: bool
+    max_time_min: Optional[int]  # None: no limit
+    nodes: List[Node]
+
+
+def parse_node(line: str) -> Optional[Node]:
+    f = parse_fields(line)
+    if "NodeName" not in f:
+        return None
+    return Node(name=f["NodeName"], cpus=_int(f.get("CPUTot")), gpus=gpu_count(f.get("Gres", "")),
+                mem_mb=_int(f.get("RealMemory")), state=f.get("State", ""), gres=parse_gres(f.get("Gres", "")))
+
+
+def parse_partitions(partition_text: str, node_text: str) -> Dict[str, Partition]:
+    nodes = {n.name: n for n in map(parse_node, node_text.splitlines()) if n is not None}
+    out = {}
+    for line in partition_text.splitlines():
+        f = parse_fields(line)
+        if "PartitionName" not in f:
+            continue
+        try:
+            max_time = time_limit_minutes(f.get("MaxTime", "UNLIMITED"))
+        except ValueError:
+            max_time = None  # unreadable: no check rather than a wrong one
+        names = list(nodes) if f.get("Nodes") == "ALL" else expand_nodelist(f.get("Nodes", ""))
+        out[f["PartitionName"]] = Partition(f["PartitionName"], f.get("Default") == "YES", max_time,
+                                            [nodes[n] for n in names if n in nodes])
+    return out
+
+
+def partitions() -> Optional[Dict[str, Partition]]:
+    """Every partition with its time limit and nodes; ``None`` when scontrol cannot be asked."""
+    parts = run(["scontrol", "show", "partition", "-o"])
+    if parts.stdout is None:
+        return None
+    nodes = run(["scontrol", "show", "node", "-o"])
+    if nodes.stdout is None:
+        return None
+    return parse_partitions(parts.stdout, nodes.stdout)
+
+
+def parse_config(text: str) -> Dict[str, str]:
+    """``scontrol show config`` -> ``{"MaxArraySize": "1001", ...}``."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class ArrayLimits:
+    max_array_size: int  # the largest array INDEX is max_array_size - 1
+    max_array_tasks: Optional[int]  # SchedulerParameters max_array_tasks (tasks per array), if set
+
+    @property
+    def tasks_per_array(self) -> int:
+        """How many tasks one array (indices from 0) may hold."""
+        return min(self.max_array_size, self.max_array_tasks or self.max_array_size)
+
+
+def array_limits_from(config: Dict[str, str]) -> ArrayLimits:
+    size = _int(config.get("MaxArraySize"), DEFAULT_MAX_ARRAY_SIZE) or DEFAULT_MAX_ARRAY_SIZE
+    m = re.search(r"(?:^|,)max_array_tasks=(\d+)", config.get("SchedulerParameters", ""))
+    return ArrayLimits(size, int(m.group(1)) if m else None)
+
+
+def array_limits() -> ArrayLimits:
+    """The cluster's array limits; Slurm's default (1001, no task cap) when ``scontrol show config`` fails."""
+    ans = run(["scontrol", "show", "config"])
+    return array_limits_from(parse_config(ans.stdout) if ans.stdout is not None else {})
+
+
+def _int(value: Optional[str], default: int = 0) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return default
