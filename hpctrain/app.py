@@ -4,6 +4,7 @@ Imported on login nodes (it is the Hydra app), so torch is imported only inside 
 """
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Dict
@@ -35,17 +36,19 @@ def train(cfg: DictConfig) -> Dict[str, Any]:
     from hpctrain.trainer import Trainer
 
     attempt_started = time.time()
-    info = init_distributed(cfg.device)
+    info, failed = None, True
     try:
+        info = init_distributed(cfg.device)  # inside: a GPU job without CUDA is recorded failed too
         trainer = Trainer(cfg, run_dir, info)
         result = trainer.fit()
         log.info("run %s: step %d, train/loss %.4f", run_dir, result["step"], result["metrics"].get("train/loss", float("nan")))
+        failed = False
         return result
     except Exception as exc:
-        record_failure(run_dir, exc, info.rank, attempt_started)
+        record_failure(run_dir, exc, info.rank if info else int(os.environ.get("RANK", 0)), attempt_started)
         raise
     finally:
-        teardown()
+        teardown(failed)  # after a failure: abort, never wait on ranks that may be gone
 
 
 # What a rank sees when another rank of the job died (gloo, NCCL): the fallout, not the cause.

@@ -147,7 +147,8 @@ class Trainer:
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self, rng: Optional[list] = None) -> Dict[str, Any]:
+        """``rng``: every rank's RNG state (gathered in save_checkpoint); default this process's."""
         return {
             "model": self.raw_model.state_dict(),  # unwrapped and uncompiled
             "optimizer": self.optimizer.state_dict(),
@@ -155,7 +156,7 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "step": self.step,
             "data": {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
-            "rng": checkpoint.rng_state(),
+            "rng": rng if rng is not None else [checkpoint.rng_state(self.device)],
             "config": runfiles.redacted(self.cfg),
         }
 
@@ -167,19 +168,20 @@ class Trainer:
         self.step = int(state["step"])
         self.epoch = int(state["data"]["epoch"])
         self.batch_in_epoch = int(state["data"]["batch_in_epoch"])
-        checkpoint.set_rng_state(state["rng"])
+        checkpoint.restore_rng_states(state["rng"], self.info.rank, self.device)
 
     def maybe_resume(self) -> None:
         if self.info.is_main:
             checkpoint.remove_partial(self.ckpt_path)
-        state = checkpoint.load(self.ckpt_path, map_location=self.device)
+        state, source = checkpoint.load(self.ckpt_path, map_location=self.device)  # last.pt, else previous.pt
         if state is not None:
             self.load_state_dict(state)
-            log.info("resumed from %s at step %d", self.ckpt_path, self.step)
+            log.info("resumed from %s at step %d", source, self.step)
 
     def save_checkpoint(self) -> None:
+        rng = checkpoint.gather_rng_states(self.device, self.info.world_size)  # a collective: every rank's own
         if self.info.is_main:
-            checkpoint.save_atomic(self.state_dict(), self.ckpt_path)
+            checkpoint.save_atomic(self.state_dict(rng), self.ckpt_path)
         if self.info.enabled:
             dist.barrier()  # nobody moves on (or exits for a requeue) before the checkpoint exists
 
