@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from hpctrain import checkpoint, runfiles
 from hpctrain.build import build_data, build_model, build_optimizer
-from hpctrain.distributed import DistInfo
+from hpctrain.distributed import DistInfo, allow_tf32
 from hpctrain.metrics import NullLogger, RunLogger, Throughput, peak_flops
 from hpctrain.preemption import PreemptionGuard
 
@@ -83,6 +83,7 @@ class Trainer:
     def __init__(self, cfg: DictConfig, run_dir: Path, info: DistInfo) -> None:
         self.cfg, self.run_dir, self.info = cfg, Path(run_dir), info
         self.device = info.device
+        allow_tf32(self.device)
         self.grad_accum = cfg.grad_accum
         self.micro_bs = micro_batch_size(cfg.batch_size, info.world_size, cfg.grad_accum)
         checkpoint.seed_everything(cfg.seed)  # same initial weights on every rank
@@ -258,6 +259,10 @@ class Trainer:
         self.logger.progress(step=self.step, metrics=values)
         return values, stop > 0
 
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     def _flops_per_step(self) -> Optional[float]:
         per_sample = getattr(self.raw_model, "flops_per_sample", None)
         if per_sample is None:
@@ -267,7 +272,8 @@ class Trainer:
     def fit(self) -> Dict[str, Any]:
         cfg = self.cfg
         tokens = self.train_set[0][1].numel()  # targets per sample: 1, or the sequence length for an LM
-        meter = Throughput(cfg.batch_size, tokens, self._flops_per_step(), peak_flops(self.device), self.info.world_size)
+        meter = Throughput(cfg.batch_size, tokens, self._flops_per_step(), peak_flops(self.device, str(cfg.precision)),
+                           self.info.world_size, sync=self._sync)
         self.model.train()
         self.guard.install()
         started = time.time()
@@ -289,9 +295,11 @@ class Trainer:
                 if stop and not last_step:
                     self._preempted()
             if cfg.eval_every and self.step % cfg.eval_every == 0 and not last_step:
-                self._log_eval(last)
+                with meter.paused():  # not training time: left out of tokens/s and MFU
+                    self._log_eval(last)
             if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and not last_step:
-                self.save_checkpoint()
+                with meter.paused():
+                    self.save_checkpoint()
         self.guard.uninstall()
         self._log_eval(last)
         self.save_checkpoint()
