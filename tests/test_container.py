@@ -217,7 +217,8 @@ def test_gpu_sweep_passes_nv(slurm_cluster, tmp_path, fake_bin):
     image = tmp_path / "img.sif"
     image.touch()
     sweep = tmp_path / "sweep"
-    run_hpctrain(["-m", "lr=1e-3", "max_steps=20", "hydra/launcher=slurm", "hydra.launcher.wait=true",
+    # device=cpu: the test cluster's GPUs are fake, and device=auto refuses a GPU job without CUDA
+    run_hpctrain(["-m", "lr=1e-3", "max_steps=20", "device=cpu", "hydra/launcher=slurm", "hydra.launcher.wait=true",
                   "hydra.launcher.gpus_per_node=1", f"hydra.launcher.container.image={image}",
                   f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=_env(tmp_path, fake_bin), timeout=120)
     tasks, others = _split(_calls(tmp_path))
