@@ -51,18 +51,22 @@ def test_every_rank_sees_every_gpu_of_the_node():
 
 
 def test_each_task_bound_to_its_own_gpus():
-    # --gpus-per-task=1 (or --gpu-bind): each task sees one GPU of the step's four
-    for rank, visible in enumerate("0123"):
-        assert device_index(rank, 4, 1, {"CUDA_VISIBLE_DEVICES": visible, "SLURM_STEP_GPUS": "0,1,2,3"}) == 0
-    # two GPUs per task: both tasks take the first of their own pair
-    assert device_index(1, 2, 2, {"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_STEP_GPUS": "0,1,2,3"}) == 1
+    # `srun -n 2 --gpus-per-task=1` on the test cluster (Slurm 22.05) gave exactly these variables
+    for rank in (0, 1):
+        env = {"CUDA_VISIBLE_DEVICES": str(rank), "SLURM_STEP_GPUS": str(rank), "SLURM_GPUS_ON_NODE": "2"}
+        assert device_index(rank, 2, 1, env) == 0
+    # four tasks, one GPU each, of a node's four
+    assert device_index(3, 4, 1, {"CUDA_VISIBLE_DEVICES": "3", "SLURM_GPUS_ON_NODE": "4"}) == 0
+    # two GPUs per task: the second task takes the second of its own pair (its local rank)
+    assert device_index(1, 2, 2, {"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_GPUS_ON_NODE": "4"}) == 1
 
 
 @pytest.mark.parametrize("local_rank,tasks,visible,env", [
     (2, 4, 2, {"CUDA_VISIBLE_DEVICES": "0,1"}),  # tasks_per_node > gpus_per_node: rank 2 would take GPU 0
     (1, 2, 1, {"CUDA_VISIBLE_DEVICES": "0"}),
     (0, 3, 2, {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_GPUS": "0,1"}),  # rank 2 of 3 would share
-    (3, 4, 1, {"CUDA_VISIBLE_DEVICES": "0", "SLURM_STEP_GPUS": "0,1"}),  # 4 tasks bound to 2 GPUs
+    (3, 4, 1, {"CUDA_VISIBLE_DEVICES": "0", "SLURM_GPUS_ON_NODE": "2"}),  # 4 tasks bound to 2 GPUs
+    (1, 2, 1, {"CUDA_VISIBLE_DEVICES": "0", "SLURM_GPUS_ON_NODE": "1"}),  # --gpus-per-node=1, 2 tasks
 ])
 def test_ranks_that_would_share_a_gpu_fail_with_the_numbers(local_rank, tasks, visible, env):
     with pytest.raises(RuntimeError, match=rf"local rank {local_rank} of {tasks} task\(s\) on this node sees "
