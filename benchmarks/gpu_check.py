@@ -117,7 +117,8 @@ def environment(device: torch.device, _: Dict[str, Any], __: Path) -> Dict[str, 
         smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True)
         out["driver"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 else None
-        out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        nccl = torch.cuda.nccl.version()
+        out["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
         name = torch.cuda.get_device_name(device)
         out["device"] = name
         out["capability"] = ".".join(map(str, torch.cuda.get_device_capability(device)))
@@ -264,8 +265,8 @@ def host_syncs(device: torch.device, sizes: Dict[str, Any], smoke: bool, tmp: Pa
         return {"syncs_per_step": "n/a on CPU"}
     size = sizes["small"]
     out: Dict[str, Any] = {}
-    for prec in ("bf16", "fp16"):
-        trainer = trainer_for(gpt_overrides(size, device, prec, not smoke, 64, 20), tmp / f"sync_{prec}", device)
+    for prec, compile_ in (("bf16", True), ("fp16", False)):  # fp16: the GradScaler's syncs, compiled or not
+        trainer = trainer_for(gpt_overrides(size, device, prec, compile_, 64, 20), tmp / f"sync_{prec}", device)
         batches = trainer.batches()
         for _ in range(3):
             trainer.train_step(batches)  # compile and warm up first
@@ -279,7 +280,7 @@ def host_syncs(device: torch.device, sizes: Dict[str, Any], smoke: bool, tmp: Pa
         finally:
             torch.cuda.set_sync_debug_mode(0)
         messages = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message)]
-        out[prec] = {"syncs_in_5_steps": len(messages), "first": messages[:3]}
+        out[prec] = {"compile": compile_, "syncs_in_5_steps": len(messages), "first": messages[:3]}
     return out
 
 
