@@ -34,23 +34,25 @@ def train(cfg: DictConfig) -> Dict[str, Any]:
     from hpctrain.distributed import init_distributed, teardown
     from hpctrain.trainer import Trainer
 
-    info = init_distributed(cfg.device)
-    own_record = info.is_main and not os.environ.get(record.RECORDED_ENV)  # run mode: no job wrapper
-    if own_record:
-        record.started(run_dir)
+    info, failed = None, True
     try:
+        info = init_distributed(cfg.device)  # inside: a GPU job without CUDA is recorded failed too
+        own_record = info.is_main and not os.environ.get(record.RECORDED_ENV)  # run mode: no job wrapper
+        if own_record:
+            record.started(run_dir)
         trainer = Trainer(cfg, run_dir, info)
         result = trainer.fit()
         if own_record:
             record.completed(run_dir)
             record.write_summary(run_dir)
         log.info("run %s: step %d, train/loss %.4f", run_dir, result["step"], result["metrics"].get("train/loss", float("nan")))
+        failed = False
         return result
     except Exception as exc:
-        record_failure(run_dir, exc, info.rank)
+        record_failure(run_dir, exc, info.rank if info else int(os.environ.get("RANK", 0)))
         raise
     finally:
-        teardown()
+        teardown(failed)  # after a failure: abort, never wait on ranks that may be gone
 
 
 def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:

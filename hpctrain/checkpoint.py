@@ -1,17 +1,31 @@
-"""Atomic checkpoints and RNG state.
+"""Atomic checkpoints, the previous one kept as a fallback, and every rank's RNG state.
 
 A checkpoint only counts once it is complete: it is written to a temporary file in the same
-directory, flushed to disk, then renamed over ``last.pt``. A write killed half-way leaves the previous
-``last.pt`` intact.
+directory, flushed to disk, then renamed over ``last.pt``; the ``last.pt`` it replaces is first
+renamed to ``previous.pt``. A torn or unreadable ``last.pt`` (full disk, a node lost mid-write on a
+file system without atomic renames) is skipped for ``previous.pt`` with a warning.
+
+Everything saved is of a type ``torch.load(..., weights_only=True)`` accepts (tensors, lists, tuples,
+dicts, numbers, strings), and checkpoints are loaded that way: nothing from shared storage is
+unpickled as code.
 """
 
+import logging
 import os
 import random
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
+
+log = logging.getLogger(__name__)
+
+PREVIOUS = "previous.pt"
+
+
+def previous_path(path: Path) -> Path:
+    return path.with_name(PREVIOUS)
 
 
 def save_atomic(state: Dict[str, Any], path: Path) -> None:
@@ -22,6 +36,8 @@ def save_atomic(state: Dict[str, Any], path: Path) -> None:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
+        if path.exists():
+            os.replace(path, previous_path(path))  # between the two renames, load() finds previous.pt
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -33,26 +49,72 @@ def remove_partial(path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def load(path: Path, map_location: Any = "cpu") -> Optional[Dict[str, Any]]:
-    if not path.is_file():
-        return None
-    # weights_only=False: the checkpoint holds RNG states (numpy arrays) written by this code
-    return torch.load(path, map_location=map_location, weights_only=False)
+def load(path: Path, map_location: Any = "cpu") -> Tuple[Optional[Dict[str, Any]], Optional[Path]]:
+    """The newest readable checkpoint and the file it came from: ``last.pt``, else ``previous.pt``.
+
+    (None, None) when there is none. A file that exists but cannot be read is logged and skipped.
+    """
+    for candidate in (path, previous_path(path)):
+        if not candidate.is_file():
+            continue
+        try:
+            state = torch.load(candidate, map_location=map_location, weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - torn zip, truncated pickle, foreign types: all unreadable
+            log.warning("checkpoint %s is unreadable (%s: %s): trying the previous one", candidate,
+                        type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            continue
+        if isinstance(state, dict) and "step" in state:
+            return state, candidate
+        log.warning("checkpoint %s holds no step: trying the previous one", candidate)
+    return None, None
 
 
-def rng_state() -> Dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+# ------------------------------------------------------------------------------------------ RNG
+def rng_state(device: Optional[torch.device] = None) -> Dict[str, Any]:
+    """This process's RNG states as weights_only-loadable types; on CUDA, this rank's own device only."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: Dict[str, Any] = {
+        "python": random.getstate(),  # (version, tuple of ints, None): plain types
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: Dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+def set_rng_state(state: Dict[str, Any], device: Optional[torch.device] = None) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
     torch.set_rng_state(state["torch"].cpu())
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+    if "cuda" in state and device is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+
+
+def gather_rng_states(device: torch.device, world_size: int) -> List[Dict[str, Any]]:
+    """Every rank's RNG state, in rank order (a collective when world_size > 1: call on all ranks)."""
+    mine = rng_state(device)
+    if world_size == 1:
+        return [mine]
+    import torch.distributed as dist
+
+    states: List[Any] = [None] * world_size
+    dist.all_gather_object(states, mine)
+    return states
+
+
+def restore_rng_states(states: Any, rank: int, device: torch.device) -> None:
+    """Rank r takes the state rank r saved. A rank the saving run did not have (more ranks now) keeps
+    its seeded state; a CUDA state saved on CPU or restored on CPU is skipped. So a resume with a
+    different number of ranks or devices works, and is bit-exact when nothing changed."""
+    if isinstance(states, dict):  # one state for all ranks (a single-process checkpoint)
+        states = [states]
+    if rank < len(states):
+        set_rng_state(states[rank], device)
 
 
 def seed_everything(seed: int) -> None:

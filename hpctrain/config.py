@@ -44,6 +44,7 @@ class GPTConfig:
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
+    vocab_pad_to: int = 1  # round the vocabulary up to a multiple of this (64: tensor-core friendly shapes)
 
 
 # ---------------------------------------------------------------- data

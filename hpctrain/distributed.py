@@ -1,16 +1,29 @@
-"""Where am I: torchrun, a submitit job (Slurm or local), or a single process.
+"""Where am I: torchrun, a submitit job (Slurm or local), or a single process; which GPU is mine.
 
 Rank, world size, master address and a port that every rank agrees on come from torchrun's
 variables, or from submitit's ``TorchDistributedEnvironment`` (first host of the Slurm node list as
 master, a port derived from the job id). gloo on CPU, NCCL on CUDA.
+
+GPU code has never run on this project's CI, so wrong states fail loudly here: a job that was given
+GPUs but sees no CUDA stops instead of training on CPU, and two ranks are never mapped onto one GPU.
+``device_count`` and ``cuda_available`` are the only CUDA queries: tests replace them at this seam.
 """
 
 import datetime
+import logging
 import os
 from dataclasses import dataclass
+from typing import List, Mapping, Optional
 
 import torch
 import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+# Variables through which a job is handed GPUs (Slurm's, and the CUDA runtime's own)
+GPU_ENV = ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
+# values that mean "no GPU" (Slurm writes NoDevFiles when a job asked for none on a GPU node)
+_NO_GPU = ("", "-1", "NoDevFiles", "none")
 
 
 @dataclass(frozen=True)
@@ -26,24 +39,85 @@ class DistInfo:
 
     @property
     def enabled(self) -> bool:
+        """More than one rank."""
         return self.world_size > 1
 
 
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def device_count() -> int:
+    return torch.cuda.device_count()
+
+
+def _ids(value: Optional[str]) -> List[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def gpus_given(env: Mapping[str, str]) -> Optional[str]:
+    """``NAME=value`` of the first variable saying this job was handed GPUs, else None."""
+    for name in GPU_ENV:
+        value = env.get(name, "").strip()
+        if value not in _NO_GPU and not (name == "SLURM_GPUS_ON_NODE" and value == "0"):
+            return f"{name}={value}"
+    return None
+
+
+def device_index(local_rank: int, local_world_size: int, n_visible: int, env: Mapping[str, str]) -> int:
+    """This rank's CUDA device among the ``n_visible`` it sees, such that no two ranks share one.
+
+    Either every rank of the node sees all the node's GPUs (index = local rank, which must be below the
+    count), or each task was bound to its own subset (``--gpus-per-task``, ``--gpu-bind``: fewer visible
+    than the step's GPUs on this node, enough for every task), and takes the first of its own.
+    """
+    if local_rank < n_visible and local_world_size <= n_visible:
+        return local_rank
+    # the node's GPU count: with --gpus-per-task, SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES are the task's
+    # own (seen on Slurm 22.05: task 1 gets CUDA_VISIBLE_DEVICES=1, SLURM_STEP_GPUS=1, SLURM_GPUS_ON_NODE=2)
+    on_node = env.get("SLURM_GPUS_ON_NODE", "")
+    node_gpus = int(on_node) if on_node.isdigit() else len(_ids(env.get("SLURM_JOB_GPUS")))
+    if 0 < n_visible < node_gpus and n_visible * local_world_size <= node_gpus:
+        return 0
+    raise RuntimeError(
+        f"local rank {local_rank} of {local_world_size} task(s) on this node sees {n_visible} CUDA device(s) "
+        f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '<unset>')}): ranks would share a GPU; "
+        f"ask for at least as many GPUs as tasks per node (hydra.launcher.gpus_per_node >= tasks_per_node)"
+    )
+
+
+def pick_device(preference: str, local_rank: int, local_world_size: int = 1,
+                env: Optional[Mapping[str, str]] = None) -> torch.device:
+    env = os.environ if env is None else env
+    if preference == "cpu":
+        return torch.device("cpu")
+    if not cuda_available():
+        given = gpus_given(env)
+        if preference == "auto" and given is None:
+            return torch.device("cpu")
+        why = f"the job was given GPUs ({given})" if given else "device=cuda"
+        raise RuntimeError(
+            f"{why} but torch sees no CUDA device (torch {torch.__version__}, CUDA build {torch.version.cuda}): "
+            f"check the driver, `--nv` for a container, CUDA_VISIBLE_DEVICES; device=cpu to train on CPU"
+        )
+    index = device_index(local_rank, local_world_size, device_count(), env)
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def allow_tf32(device: torch.device) -> None:
+    """fp32 matmuls on TF32 tensor cores on CUDA (Ampere and later), as nanoGPT and torchtitan do: full
+    FP32 runs them several times slower. cuDNN convolutions use TF32 by default already; bf16/fp16
+    autocast regions are not affected."""
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")
+
+
 def _export_from_submitit() -> None:
-    """Fill RANK/WORLD_SIZE/MASTER_* from the submitit job environment (Slurm or local)."""
+    """Fill RANK/WORLD_SIZE/LOCAL_*/MASTER_* from the submitit job environment (Slurm or local)."""
     from submitit.helpers import TorchDistributedEnvironment
 
     TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-
-
-def pick_device(preference: str, local_rank: int) -> torch.device:
-    if preference == "cpu" or (preference == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise RuntimeError("device=cuda but torch sees no CUDA device")
-    index = local_rank % torch.cuda.device_count()
-    torch.cuda.set_device(index)
-    return torch.device("cuda", index)
 
 
 def init_distributed(device_preference: str = "auto", timeout_s: float = 600.0) -> DistInfo:
@@ -52,7 +126,8 @@ def init_distributed(device_preference: str = "auto", timeout_s: float = 600.0) 
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    device = pick_device(device_preference, local_rank)
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    device = pick_device(device_preference, local_rank, local_world_size)
     if world_size > 1 and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(
@@ -65,9 +140,21 @@ def init_distributed(device_preference: str = "auto", timeout_s: float = 600.0) 
     return DistInfo(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
 
 
-def teardown() -> None:
-    if dist.is_initialized():
+def teardown(failed: bool = False) -> None:
+    """Leave the process group. After a failure, never wait on the other ranks: NCCL's finalize can block
+    forever on a peer that died (PyTorch expects a hang there), so the communicators are aborted."""
+    if not dist.is_initialized():
+        return
+    if not failed:
         dist.destroy_process_group()
+        return
+    if dist.get_backend() != "nccl":
+        dist.destroy_process_group()  # gloo's does not wait on the peers
+        return
+    try:
+        dist.distributed_c10d._abort_process_group()  # private (torch >= 2.5): abort, do not finalize
+    except Exception as exc:  # noqa: BLE001 - on the error path already; the process exits next
+        log.warning("could not abort the NCCL process group: %s", exc)
 
 
 def any_rank(flag: bool, info: DistInfo) -> bool:

@@ -3,39 +3,22 @@
 Non-zero ranks get a no-op logger, so the training loop never branches on the rank.
 """
 
+import contextlib
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import torch
 
 from hpctrain import compat, record, runfiles
-
-# Dense bf16 peak FLOP/s by device name (vendor data sheets; torchtitan uses the same figures).
-PEAK_FLOPS = {
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "A10": 125e12,
-    "V100": 125e12,
-    "L4": 121e12,
-    "T4": 65e12,
-}
+from hpctrain.peaks import peak_flops_for
 
 
-def peak_flops(device: torch.device) -> Optional[float]:
+def peak_flops(device: torch.device, precision: str = "bf16") -> Optional[float]:
+    """This GPU's dense peak for ``precision`` (hpctrain.peaks); None on CPU or an unknown GPU."""
     if device.type != "cuda":
         return None
-    return peak_flops_for(torch.cuda.get_device_name(device))
-
-
-def peak_flops_for(device_name: str) -> Optional[float]:
-    """``"NVIDIA H100 80GB HBM3"`` -> 989e12; None for a device not in the table (no MFU then)."""
-    for key, value in PEAK_FLOPS.items():
-        if key in device_name:
-            return value
-    return None
+    return peak_flops_for(torch.cuda.get_device_name(device), precision)
 
 
 class NullLogger:
@@ -90,25 +73,48 @@ class RunLogger(NullLogger):
 
 
 class Throughput:
-    """Samples/s (and tokens/s) over the steps since the last call; MFU on CUDA."""
+    """Samples/s (and tokens/s) over the steps since the last read; MFU on CUDA.
+
+    Time that is not training is left out: the first ``warmup_steps`` steps (``torch.compile`` compiles
+    on the first one), and whatever runs inside ``with meter.paused():`` (eval, checkpoints).
+    """
 
     def __init__(self, samples_per_step: int, tokens_per_sample: int, flops_per_step: Optional[float],
-                 peak: Optional[float], world_size: int) -> None:
+                 peak: Optional[float], world_size: int, warmup_steps: int = 1,
+                 sync: Callable[[], None] = lambda: None) -> None:
         self.samples_per_step = samples_per_step
         self.tokens_per_sample = tokens_per_sample
         self.flops_per_step = flops_per_step
         self.peak = peak
         self.world_size = world_size
+        self.warmup_left = warmup_steps
+        self.sync = sync  # waits for the device: a boundary of the measured time (a host sync)
         self._t = time.perf_counter()
         self._steps = 0
+        self._excluded = 0.0
 
     def step(self) -> None:
+        if self.warmup_left > 0:
+            self.warmup_left -= 1
+            if self.warmup_left == 0:
+                self.sync()  # once: the compile step's device work stays out of the first interval
+                self._t, self._excluded = time.perf_counter(), 0.0
+            return
         self._steps += 1
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Time spent inside is not counted (it ends with a host sync anyway: eval's .item(), a save)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._excluded += time.perf_counter() - start
 
     def read(self) -> Dict[str, float]:
         now = time.perf_counter()
-        dt, steps = now - self._t, self._steps
-        self._t, self._steps = now, 0
+        dt, steps = now - self._t - self._excluded, self._steps
+        self._t, self._steps, self._excluded = now, 0, 0.0
         if steps == 0 or dt <= 0:
             return {}
         out = {"perf/samples_per_s": steps * self.samples_per_step / dt, "perf/step_time_s": dt / steps}

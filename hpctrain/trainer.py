@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from hpctrain import checkpoint, record, runfiles
 from hpctrain.build import build_data, build_model, build_optimizer
-from hpctrain.distributed import DistInfo
+from hpctrain.distributed import DistInfo, allow_tf32
 from hpctrain.metrics import NullLogger, RunLogger, Throughput, peak_flops
 from hpctrain.preemption import PreemptionGuard
 
@@ -83,6 +83,7 @@ class Trainer:
     def __init__(self, cfg: DictConfig, run_dir: Path, info: DistInfo) -> None:
         self.cfg, self.run_dir, self.info = cfg, Path(run_dir), info
         self.device = info.device
+        allow_tf32(self.device)
         self.grad_accum = cfg.grad_accum
         self.micro_bs = micro_batch_size(cfg.batch_size, info.world_size, cfg.grad_accum)
         checkpoint.seed_everything(cfg.seed)  # same initial weights on every rank
@@ -146,7 +147,8 @@ class Trainer:
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self, rng: Optional[list] = None) -> Dict[str, Any]:
+        """``rng``: every rank's RNG state (gathered in save_checkpoint); default this process's."""
         return {
             "model": self.raw_model.state_dict(),  # unwrapped and uncompiled
             "optimizer": self.optimizer.state_dict(),
@@ -154,7 +156,7 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "step": self.step,
             "data": {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
-            "rng": checkpoint.rng_state(),
+            "rng": rng if rng is not None else [checkpoint.rng_state(self.device)],
             "config": runfiles.redacted(self.cfg),
         }
 
@@ -166,19 +168,20 @@ class Trainer:
         self.step = int(state["step"])
         self.epoch = int(state["data"]["epoch"])
         self.batch_in_epoch = int(state["data"]["batch_in_epoch"])
-        checkpoint.set_rng_state(state["rng"])
+        checkpoint.restore_rng_states(state["rng"], self.info.rank, self.device)
 
     def maybe_resume(self) -> None:
         if self.info.is_main:
             checkpoint.remove_partial(self.ckpt_path)
-        state = checkpoint.load(self.ckpt_path, map_location=self.device)
+        state, source = checkpoint.load(self.ckpt_path, map_location=self.device)  # last.pt, else previous.pt
         if state is not None:
             self.load_state_dict(state)
-            log.info("resumed from %s at step %d", self.ckpt_path, self.step)
+            log.info("resumed from %s at step %d", source, self.step)
 
     def save_checkpoint(self) -> None:
+        rng = checkpoint.gather_rng_states(self.device, self.info.world_size)  # a collective: every rank's own
         if self.info.is_main:
-            checkpoint.save_atomic(self.state_dict(), self.ckpt_path)
+            checkpoint.save_atomic(self.state_dict(rng), self.ckpt_path)
         if self.info.enabled:
             dist.barrier()  # nobody moves on (or exits for a requeue) before the checkpoint exists
 
@@ -255,6 +258,10 @@ class Trainer:
         self.logger.progress(step=self.step, metrics=values)
         return values, stop > 0
 
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     def _flops_per_step(self) -> Optional[float]:
         per_sample = getattr(self.raw_model, "flops_per_sample", None)
         if per_sample is None:
@@ -264,7 +271,8 @@ class Trainer:
     def fit(self) -> Dict[str, Any]:
         cfg = self.cfg
         tokens = self.train_set[0][1].numel()  # targets per sample: 1, or the sequence length for an LM
-        meter = Throughput(cfg.batch_size, tokens, self._flops_per_step(), peak_flops(self.device), self.info.world_size)
+        meter = Throughput(cfg.batch_size, tokens, self._flops_per_step(), peak_flops(self.device, str(cfg.precision)),
+                           self.info.world_size, sync=self._sync)
         self.model.train()
         self.guard.install()
         started = time.time()
@@ -286,9 +294,11 @@ class Trainer:
                 if stop and not last_step:
                     self._preempted()
             if cfg.eval_every and self.step % cfg.eval_every == 0 and not last_step:
-                self._log_eval(last)
+                with meter.paused():  # not training time: left out of tokens/s and MFU
+                    self._log_eval(last)
             if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and not last_step:
-                self.save_checkpoint()
+                with meter.paused():
+                    self.save_checkpoint()
         self.guard.uninstall()
         self._log_eval(last)
         self.save_checkpoint()

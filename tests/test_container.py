@@ -52,6 +52,12 @@ def _pyproject_dependencies() -> List[str]:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
 
 
+def _pyproject_image_extras() -> List[str]:
+    """Optional dependencies the image carries too: every extra but the test tools."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
+    return [spec for name, specs in extras.items() if name != "test" for spec in specs]
+
+
 def _pip_installs(install_lines: List[str]) -> List[List[str]]:
     """argv of every `python -m pip install ...` in %post (backslash continuations joined)."""
     script = "\n".join(line for line in install_lines if not line.endswith(">> /tests.sh"))
@@ -90,8 +96,8 @@ def test_recipe_installs_exactly_pyprojects_pins_and_keeps_the_images_torch(reci
                 skip = True
             elif not arg.startswith("-"):
                 (paths if arg.startswith("/") or arg.startswith(".") else specs).append(arg)
-    # identical text, so that a pin changed in pyproject.toml must be changed here too
-    pins = [d for d in _pyproject_dependencies() if Requirement(d).name != "torch"]
+    # identical text, read from pyproject.toml now: a pin changed there must be changed here too
+    pins = [d for d in _pyproject_dependencies() if Requirement(d).name != "torch"] + _pyproject_image_extras()
     assert sorted(specs) == sorted(pins), f"%post installs {sorted(specs)}; pyproject.toml pins {sorted(pins)}"
     assert not any(Requirement(s).name == "torch" for s in specs), "torch must come from the base image"
     # the dependency install is constrained to the image's torch; hpctrain itself goes in without resolving
@@ -100,6 +106,41 @@ def test_recipe_installs_exactly_pyprojects_pins_and_keeps_the_images_torch(reci
     hpctrain_install = next(argv for argv in installs if "/opt/hpctrain" in argv)
     assert "--no-deps" in hpctrain_install
     assert any("torch.__version__" in line and "constraint" in line for line in r.install)
+
+
+def _apt_installs(install_lines: List[str]) -> List[str]:
+    packages = []
+    for line in install_lines:
+        if not line.strip().startswith("apt-get install"):
+            continue
+        argv = shlex.split(line, comments=True)
+        if argv[:2] == ["apt-get", "install"]:
+            packages += [a for a in argv[2:] if not a.startswith("-")]
+    return packages
+
+
+def test_recipe_adds_a_c_compiler_and_rdma(recipe):
+    """torch.compile needs a C compiler at run time (Triton's launcher, Inductor on CPU), which the runtime
+    image lacks; NCCL needs libibverbs and a provider to use InfiniBand/RoCE between nodes."""
+    _, r = recipe
+    packages = _apt_installs(r.install)
+    assert {"gcc", "g++", "libc6-dev"} <= set(packages), packages
+    assert {"rdma-core", "libibverbs1", "ibverbs-providers"} <= set(packages), packages
+    assert any(line.strip() == "apt-get update" for line in r.install)
+    assert any("optuna" in spec for argv in _pip_installs(r.install) for spec in argv)  # the search sweeper
+
+
+def test_recipe_test_section_compiles_a_function_and_runs_here(recipe):
+    """%test's own script, run with this environment's python: it must compile a function for real."""
+    parser, _ = recipe
+    assert any("torch.compile(" in line for line in parser.test_lines)
+    # spython strips indentation: the script is taken from the file itself
+    section = DEF_FILE.read_text().split("\n%test\n", 1)[1]
+    script = section.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    assert "torch.compile(" in script
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "torch.compile on cpu: ok" in proc.stdout
 
 
 def test_recipe_copies_the_project_and_runs_hpctrain(recipe):
@@ -217,7 +258,8 @@ def test_gpu_sweep_passes_nv(slurm_cluster, tmp_path, fake_bin):
     image = tmp_path / "img.sif"
     image.touch()
     sweep = tmp_path / "sweep"
-    run_hpctrain(["-m", "lr=1e-3", "max_steps=20", "hydra/launcher=slurm", "hydra.launcher.wait=true",
+    # device=cpu: the test cluster's GPUs are fake, and device=auto refuses a GPU job without CUDA
+    run_hpctrain(["-m", "lr=1e-3", "max_steps=20", "device=cpu", "hydra/launcher=slurm", "hydra.launcher.wait=true",
                   "hydra.launcher.gpus_per_node=1", f"hydra.launcher.container.image={image}",
                   f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=_env(tmp_path, fake_bin), timeout=120)
     tasks, others = _split(_calls(tmp_path))

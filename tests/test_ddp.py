@@ -27,7 +27,7 @@ def test_two_ranks_through_local_launcher_agree(tmp_path):
         assert torch.equal(rank0[key], rank1[key]), key
     # the global batch is the same samples whatever the world size, so DDP matches one process
     (run_dir,) = [p for p in (tmp_path / "s").iterdir() if p.is_dir() and not p.name.startswith(".")]
-    ckpt = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    ckpt = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert ckpt["step"] == 30
     assert state_close(ckpt["model"], rank0, atol=0)
 

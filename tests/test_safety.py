@@ -58,12 +58,12 @@ def test_kill_during_checkpoint_save_resumes_from_previous(tmp_path):
     proc.wait()
     assert caught, "never saw a checkpoint being written"
     assert list(ckpt_dir.glob(".last.pt.tmp-*")), "the half-written file should still be there"
-    previous = torch.load(ckpt_dir / "last.pt", weights_only=False)["step"]  # loads: not truncated
+    previous = torch.load(ckpt_dir / "last.pt", weights_only=True)["step"]  # loads: not truncated
     assert previous in (10, 20, 30)
 
     run_hpctrain(args, cwd=tmp_path)
     assert f"resumed from {ckpt_dir / 'last.pt'} at step {previous}" in (run_dir / "hpctrain.log").read_text()
-    assert torch.load(ckpt_dir / "last.pt", weights_only=False)["step"] == 40
+    assert torch.load(ckpt_dir / "last.pt", weights_only=True)["step"] == 40
     assert not list(ckpt_dir.glob(".last.pt.tmp-*"))  # the partial file was cleaned up
 
 
@@ -93,5 +93,5 @@ def test_secret_environment_never_reaches_the_sweep_dir(tmp_path):
     assert not leaked, leaked
     assert list(sweep.rglob("metrics.json"))  # the sweep did run and write its files
     (run_dir,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert state["config"]["auth"] == "<redacted>"  # the checkpoint's copy of the config says so

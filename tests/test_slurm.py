@@ -60,7 +60,7 @@ def test_preempted_run_requeues_resumes_and_matches_uninterrupted(tmp_path):
         wait_for(lambda: metrics(preempted).get("step", 0) >= 200, 120, "the run to be under way")
         subprocess.run(["scancel", "--signal=USR2", "--full", f"{job}_0"], check=True)
         wait_for(lambda: metrics(preempted).get("status") == "requeued", 60, "the checkpoint on USR2")
-        stopped_at = torch.load(preempted / "checkpoints" / "last.pt", weights_only=False)["step"]
+        stopped_at = torch.load(preempted / "checkpoints" / "last.pt", weights_only=True)["step"]
         assert 200 <= stopped_at < 4000
         wait_for(lambda: all(metrics(d).get("status") == "completed" for d in (preempted, uninterrupted)), 240,
                  "both runs to complete")
@@ -68,8 +68,8 @@ def test_preempted_run_requeues_resumes_and_matches_uninterrupted(tmp_path):
         assert "Restarts=1" in show or record_kinds(preempted).count("started") == 2
         log = (preempted / "hpctrain.log").read_text()
         assert f"resumed from {preempted / 'checkpoints' / 'last.pt'} at step {stopped_at}" in log
-        a = torch.load(preempted / "checkpoints" / "last.pt", weights_only=False)
-        b = torch.load(uninterrupted / "checkpoints" / "last.pt", weights_only=False)
+        a = torch.load(preempted / "checkpoints" / "last.pt", weights_only=True)
+        b = torch.load(uninterrupted / "checkpoints" / "last.pt", weights_only=True)
         assert a["step"] == b["step"] == 4000
         for key in a["model"]:
             assert torch.equal(a["model"][key], b["model"][key]), key
@@ -120,7 +120,7 @@ def test_time_limit_checkpoints_requeues_and_resumes(tmp_path):
         wait_for(lambda: len(run_dirs(sweep)) == 1, 60, "the run to start")
         (run_dir,) = run_dirs(sweep)
         wait_for(lambda: record_kinds(run_dir).count("started") >= 2, 120, "the requeued attempt")
-        stopped_at = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["step"]
+        stopped_at = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["step"]
         assert stopped_at > 0
         wait_for(lambda: "resumed from" in (run_dir / "hpctrain.log").read_text(), 60, "the resume")
         assert f"at step {stopped_at}" in (run_dir / "hpctrain.log").read_text()
@@ -144,10 +144,10 @@ def test_preempted_two_rank_run_agrees_on_the_step_and_resumes(tmp_path):
         assert metrics(run_dir)["world_size"] == 2
         subprocess.run(["scancel", "--signal=USR2", "--full", job], check=True)
         wait_for(lambda: metrics(run_dir).get("status") == "requeued", 60, "the checkpoint on USR2")
-        stopped_at = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["step"]
+        stopped_at = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["step"]
         assert stopped_at % 10 == 0  # a log step: where the ranks compare notes
         wait_for(lambda: metrics(run_dir).get("status") == "completed", 240, "the run to complete")
         assert f"at step {stopped_at}" in (run_dir / "hpctrain.log").read_text()
-        assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["step"] == 1000
+        assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["step"] == 1000
     finally:
         cancel(job)

@@ -50,12 +50,12 @@ def test_mixed_precision_trains(tmp_path, precision):
 
 def test_checkpoint_contents(tmp_path):
     _train(tmp_path, "ck", ["max_steps=10", "compile=false"])
-    state = torch.load(tmp_path / "ck" / "checkpoints" / "last.pt", weights_only=False)
+    state = torch.load(tmp_path / "ck" / "checkpoints" / "last.pt", weights_only=True)
     for key in ("model", "optimizer", "scheduler", "scaler", "step", "rng", "data"):
         assert key in state
     assert state["step"] == 10
     assert not any(k.startswith(("module.", "_orig_mod.")) for k in state["model"])  # unwrapped, uncompiled
-    assert set(state["rng"]) >= {"python", "numpy", "torch"}
+    assert len(state["rng"]) == 1 and set(state["rng"][0]) >= {"python", "numpy", "torch"}  # one per rank
 
 
 def test_resume_after_kill_is_bit_exact(tmp_path):
@@ -73,12 +73,12 @@ def test_resume_after_kill_is_bit_exact(tmp_path):
     time.sleep(0.3)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    killed_at = torch.load(ckpt, weights_only=False)["step"]
+    killed_at = torch.load(ckpt, weights_only=True)["step"]
     assert 0 < killed_at < 3000, f"the run was not interrupted (checkpoint at step {killed_at})"
 
     run_hpctrain(args + [f"hydra.run.dir={broken}"], cwd=tmp_path)
-    a = torch.load(whole / "checkpoints" / "last.pt", weights_only=False)
-    b = torch.load(ckpt, weights_only=False)
+    a = torch.load(whole / "checkpoints" / "last.pt", weights_only=True)
+    b = torch.load(ckpt, weights_only=True)
     assert a["step"] == b["step"] == 3000
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
@@ -88,7 +88,7 @@ def test_resume_after_kill_is_bit_exact(tmp_path):
 def test_compile_trains_and_saves_the_uncompiled_module(tmp_path):
     trainer = _train(tmp_path, "compiled", ["max_steps=8", "compile=true", "eval_every=0", "log_every=4"])
     assert trainer.model is not trainer.raw_model  # the compiled wrapper
-    state = torch.load(tmp_path / "compiled" / "checkpoints" / "last.pt", weights_only=False)
+    state = torch.load(tmp_path / "compiled" / "checkpoints" / "last.pt", weights_only=True)
     assert state["step"] == 8
     assert set(state["model"]) == set(trainer.raw_model.state_dict())
     assert not any("_orig_mod" in k for k in state["model"])

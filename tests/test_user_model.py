@@ -13,7 +13,7 @@ def test_user_model_by_target(tmp_path):
                  cwd=tmp_path)
     record = json.loads((run_dir / "metrics.json").read_text())
     assert record["status"] == "completed"
-    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["model"]
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
     assert set(state) == {"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias"}
     assert state["body.0.weight"].shape == (24, 32)  # width from the command line, in_features from the data
     losses = tb_scalars(run_dir, "train/loss")
@@ -27,7 +27,7 @@ def test_user_data_and_optimizer_by_target(tmp_path):
     record = json.loads((run_dir / "metrics.json").read_text())
     assert record["status"] == "completed"
     assert "val/loss" not in record["metrics"]  # a plain Dataset: no validation split
-    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert "square_avg" in next(iter(state["optimizer"]["state"].values()))  # RMSprop's own state
     losses = tb_scalars(run_dir, "train/loss")
     assert losses[-1] < 0.5 * losses[0]

@@ -1,6 +1,13 @@
-"""A tiny GPT-style decoder (nanoGPT's shape), used for tokens/s and MFU on GPUs."""
+"""A GPT-style decoder (nanoGPT's shape), used for tokens/s and MFU on GPUs.
+
+``vocab_pad_to``: the embedding and output head get a vocabulary rounded up to a multiple of this
+(nanoGPT pads GPT-2's 50257 to 50304 = 64 x 786): matmul shapes that tensor cores tile well, for a few
+unused rows. ``forward(idx, targets)`` computes the loss inside the model, upcast to fp32, so that it is
+part of the compiled graph (``loss=model``); both forms return the logits of the real vocabulary only.
+"""
 
 import math
+from typing import Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -28,15 +35,19 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab_size: int, block_size: int, n_layer: int = 4, n_head: int = 4, n_embd: int = 128) -> None:
+    def __init__(self, vocab_size: int, block_size: int, n_layer: int = 4, n_head: int = 4, n_embd: int = 128,
+                 vocab_pad_to: int = 1) -> None:
         super().__init__()
-        self.block_size = block_size
+        if vocab_pad_to < 1:
+            raise ValueError(f"model.vocab_pad_to={vocab_pad_to}: expected an integer >= 1 (1: no padding)")
+        self.block_size, self.vocab_size = block_size, vocab_size
         self.n_layer, self.n_head, self.n_embd = n_layer, n_head, n_embd
-        self.tok_emb = nn.Embedding(vocab_size, n_embd)
+        padded = -(-vocab_size // vocab_pad_to) * vocab_pad_to
+        self.tok_emb = nn.Embedding(padded, n_embd)
         self.pos_emb = nn.Embedding(block_size, n_embd)
         self.blocks = nn.ModuleList(Block(n_embd, n_head) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(n_embd)
-        self.head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.head = nn.Linear(n_embd, padded, bias=False)
         self.head.weight = self.tok_emb.weight  # weight tying
         self.apply(self._init)
         for name, p in self.named_parameters():
@@ -50,12 +61,21 @@ class GPT(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None
+                ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        """Logits ``(B, T, vocab_size)``; with ``targets``, ``(logits, loss)`` (nanoGPT's convention)."""
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.tok_emb(idx) + self.pos_emb(pos)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        # the head's matmul runs on the padded shape; the padding columns are then sliced off (a view), so
+        # no caller and no loss ever sees them
+        logits = self.head(self.ln_f(x))[..., : self.vocab_size]
+        if targets is None:
+            return logits
+        # fp32 log-softmax inside the (compiled) graph: Inductor fuses the slice and the upcast into it
+        loss = F.cross_entropy(logits.float().reshape(-1, self.vocab_size), targets.reshape(-1))
+        return logits, loss
 
     def flops_per_sample(self) -> float:
         """Training FLOPs per sequence (PaLM appendix B: 6N per token plus attention)."""

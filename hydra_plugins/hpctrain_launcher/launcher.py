@@ -51,6 +51,10 @@ class BaseLauncher(Launcher):
     def gpus_per_node(self) -> int:
         return int(self.params.gpus_per_node or 0)
 
+    def requests_gpus(self) -> bool:
+        """Whether the job is given GPUs (the container then needs --nv)."""
+        return self.gpus_per_node() > 0
+
     def tasks_per_node(self) -> int:
         return int(self.params.tasks_per_node or self.gpus_per_node() or 1)
 
@@ -129,6 +133,10 @@ class BaseLauncher(Launcher):
             problems.append(f"hydra.launcher.timeout_min={self.params.timeout_min}: expected an integer > 0")
         validate = getattr(self.task_function, "validate_job", None)
         if validate is not None:
+            gpus, tasks = self.gpus_per_node(), self.tasks_per_node()
+            if 0 < gpus < tasks:  # hpctrain's ranks take one GPU each
+                problems.append(f"hydra.launcher.tasks_per_node={tasks}: more than gpus_per_node={gpus}; "
+                                f"ranks would share a GPU (NCCL refuses that)")
             for run in runs:
                 for p in validate(run.cfg, world_size=self.world_size()):
                     problems.append(f"run {run.idx} ({' '.join(run.overrides) or 'no overrides'}): {p}")
@@ -139,7 +147,7 @@ class BaseLauncher(Launcher):
         if not c.image:
             return self.params.python or shlex.quote(sys.executable)
         binds = default_binds(sweep_dir, Path.cwd(), Path(str(self.params.submitit_folder))) + list(c.binds)
-        return container_command(str(Path(c.image).absolute()), c.runtime, self.gpus_per_node() > 0, binds,
+        return container_command(str(Path(c.image).absolute()), c.runtime, self.requests_gpus(), binds,
                                  list(c.args), c.python)
 
     @staticmethod

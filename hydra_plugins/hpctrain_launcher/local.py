@@ -9,21 +9,30 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Mapping, Optional, Sequence
 
 from hydra.core.utils import JobReturn
 
 from hpctrain import compat
 
 from .ended import attempt_ended
-from .launcher import BaseLauncher, Run
+from .launcher import BaseLauncher, LaunchError, Run
 
 
-def visible_gpus() -> List[int]:
-    """GPU indices this process may use, found without importing torch."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return list(range(len([d for d in env.split(",") if d.strip()])))
+def visible_gpus(env: Optional[Mapping[str, str]] = None) -> List[int]:
+    """Physical indices of the GPUs this process may use, found without importing torch.
+
+    A parent ``CUDA_VISIBLE_DEVICES=2,3`` gives [2, 3]: submitit exports a run's ``visible_gpus`` as the
+    run's own CUDA_VISIBLE_DEVICES, which counts from the machine's first GPU, not from the parent's list.
+    """
+    env = os.environ if env is None else env
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is not None:
+        ids = [d.strip() for d in value.split(",") if d.strip()]
+        if not all(d.isdigit() for d in ids):
+            raise LaunchError(f"CUDA_VISIBLE_DEVICES={value}: the local launcher pins runs to GPUs by index; "
+                              f"expected integer indices (not UUIDs or MIG names)")
+        return [int(d) for d in ids]
     if shutil.which("nvidia-smi") is None:
         return []
     try:
@@ -31,6 +40,13 @@ def visible_gpus() -> List[int]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return list(range(sum(line.startswith("GPU ") for line in out.splitlines())))
+
+
+def gpu_slots(gpus: Sequence[int], per_run: int, parallel: int) -> List[List[int]]:
+    """Disjoint GPU sets, one per run going at once; never an index past the end of ``gpus``."""
+    if per_run == 0:
+        return [[] for _ in range(parallel)]
+    return [list(gpus[s * per_run:(s + 1) * per_run]) for s in range(min(parallel, len(gpus) // per_run))]
 
 
 class LocalLauncher(BaseLauncher):
@@ -53,8 +69,13 @@ class LocalLauncher(BaseLauncher):
         gpus, per_run = visible_gpus(), self.gpus_per_node()
         if per_run > len(gpus):
             problems.append(f"hydra.launcher.gpus_per_node={per_run}: this machine has {len(gpus)} visible GPU(s)")
-        if self.params.max_parallel is not None and int(self.params.max_parallel) < 1:
-            problems.append(f"hydra.launcher.max_parallel={self.params.max_parallel}: expected an integer >= 1")
+        parallel = self.params.max_parallel
+        if parallel is not None and int(parallel) < 1:
+            problems.append(f"hydra.launcher.max_parallel={parallel}: expected an integer >= 1")
+        elif parallel is not None and per_run and int(parallel) * per_run > len(gpus):
+            problems.append(f"hydra.launcher.max_parallel={parallel}: {parallel} runs x gpus_per_node={per_run} need "
+                            f"{int(parallel) * per_run} GPUs; this machine has {len(gpus)} visible "
+                            f"({','.join(map(str, gpus)) or 'none'})")
         return problems
 
     def submit(self, runs: List[Run], job: Any, python: str, sweep_dir: Path) -> List[Any]:
@@ -73,7 +94,7 @@ class LocalLauncher(BaseLauncher):
         )
         print(f"hpctrain: {len(runs)} run(s) on this machine, {parallel} at a time, "
               f"{self.tasks_per_node()} rank(s) each; sweep dir {sweep_dir}")
-        free = [list(range(s * per_run, (s + 1) * per_run)) for s in range(parallel)]
+        free = gpu_slots(visible_gpus(), per_run, parallel)  # physical indices, disjoint
         pending, running, jobs = list(runs), {}, {}
         by_idx = {r.idx: r for r in runs}
         while pending or running:

@@ -35,6 +35,9 @@ SBATCH_NAMES = {
     "srun_args": "srun_args",
 }
 
+# sbatch options (additional_parameters, dashes or underscores) that give the job GPUs by count
+GPU_OPTIONS = ("gpus", "gpus_per_node", "gpus_per_task", "gpus_per_socket")
+
 # `scancel --signal=USR2 --full` also reaches the batch shell, whose default action is to die; a
 # trap keeps it alive so that submitit's requeue from the job step completes.
 USR2_TRAP = "trap 'echo hpctrain: batch shell got USR2, the job step checkpoints and requeues' USR2"
@@ -45,6 +48,13 @@ class SlurmLauncher(BaseLauncher):
 
     def world_size(self) -> int:
         return int(self.params.nodes) * self.tasks_per_node()
+
+    def requests_gpus(self) -> bool:
+        """GPUs through gpus_per_node, or through any sbatch option that asks for them."""
+        extra = {str(k).replace("-", "_"): str(v) for k, v in (self.params.additional_parameters or {}).items()}
+        gres = any("gpu" in extra.get(k, "") for k in ("gres", "tres_per_node", "tres_per_task"))
+        counted = any(k in extra and extra[k] not in ("", "0") for k in GPU_OPTIONS)
+        return super().requests_gpus() or gres or counted
 
     def sbatch_parameters(self, python: str) -> Dict[str, Any]:
         values = {k: self.params[k] for k in SBATCH_NAMES if k in self.params}
@@ -60,6 +70,10 @@ class SlurmLauncher(BaseLauncher):
         if not any(a.startswith(("--kill-on-bad-exit", "-K")) for a in out["srun_args"]):
             # a rank that dies takes the step down, instead of leaving the others blocked in a collective
             out["srun_args"].insert(0, "--kill-on-bad-exit=1")
+        if "cpus_per_task" in out and not any(a.startswith(("--cpus-per-task", "-c")) for a in out["srun_args"]):
+            # Slurm >= 22.05: srun no longer inherits --cpus-per-task from the allocation; without it a
+            # binding task plugin leaves each rank one core for itself, its DataLoader and compile workers
+            out["srun_args"].insert(1, f"--cpus-per-task={out['cpus_per_task']}")
         out["teardown"] = self.teardown_lines(python)
         return out
 
