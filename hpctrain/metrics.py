@@ -5,7 +5,7 @@ Non-zero ranks get a no-op logger, so the training loop never branches on the ra
 
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -47,7 +47,7 @@ class NullLogger:
     def progress(self, **fields: Any) -> None:
         pass
 
-    def finish(self, hparams: Dict[str, Any], final: Dict[str, float]) -> None:
+    def finish(self, summaries: List[Any]) -> None:
         pass
 
     def close(self) -> None:
@@ -72,17 +72,11 @@ class RunLogger(NullLogger):
     def progress(self, **fields: Any) -> None:
         runfiles.update_metrics(self.run_dir, **fields)
 
-    def finish(self, hparams: Dict[str, Any], final: Dict[str, float]) -> None:
-        """Write the run's hyperparameters with its final metrics (TensorBoard's HParams view)."""
-        from torch.utils.tensorboard.summary import hparams as hparams_summary
-
-        exp, ssi, sei = hparams_summary(hparams, final)
+    def finish(self, summaries: List[Any]) -> None:
+        """Write the run's HParams summaries (``hparams.summaries``; the metrics are scalars already logged)."""
         file_writer = self.writer._get_file_writer()
-        for summary in (exp, ssi, sei):
+        for summary in summaries:
             file_writer.add_summary(summary)
-        step = int(final.get("step", 0))
-        for tag, value in final.items():
-            self.writer.add_scalar(tag, value, step)
         self.writer.flush()
 
     def close(self) -> None:
