@@ -6,7 +6,7 @@ Imported on login nodes (it is the Hydra app), so torch is imported only inside 
 import logging
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -20,12 +20,19 @@ log = logging.getLogger("hpctrain")
 register_configs()
 
 
-def train(cfg: DictConfig) -> Dict[str, Any]:
+def objective_value(record: Optional[Dict[str, Any]]) -> float:
+    """The number Hydra's search sweepers (Optuna, Nevergrad, Ax) read: the run's objective, NaN if none."""
+    value = ((record or {}).get("objective") or {}).get("value")
+    return float(value) if isinstance(value, (int, float)) else float("nan")
+
+
+def train(cfg: DictConfig) -> float:
+    """One run; returns its objective value (metrics.json holds the whole result)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     record = runfiles.read_metrics(run_dir)
     if record and record.get("status") == runfiles.COMPLETED:
         log.info("%s already completed at step %s: nothing to do", run_dir, record.get("step"))
-        return record
+        return objective_value(record)
 
     problems = validate_job(cfg)
     if problems:
@@ -39,8 +46,9 @@ def train(cfg: DictConfig) -> Dict[str, Any]:
     try:
         trainer = Trainer(cfg, run_dir, info)
         result = trainer.fit()
-        log.info("run %s: step %d, train/loss %.4f", run_dir, result["step"], result["metrics"].get("train/loss", float("nan")))
-        return result
+        objective = result["objective"]
+        log.info("run %s: step %d, %s %s", run_dir, result["step"], objective["metric"], objective["value"])
+        return objective_value(result)
     except Exception as exc:
         record_failure(run_dir, exc, info.rank, attempt_started)
         raise

@@ -1,6 +1,7 @@
 """The training loop: DDP, gradient accumulation, mixed precision, checkpoints, logging."""
 
 import contextlib
+import inspect
 import logging
 import math
 import os
@@ -100,6 +101,8 @@ class Trainer:
         # the default cross_entropy too (a Hugging Face model computes it from the batch's labels)
         self.model_loss = self.loss is losses.from_model
         self.dict_model_loss = self.model_loss or self.loss is losses.cross_entropy
+        if self.model_loss:
+            takes_targets(self.raw_model, cfg.loss._target_)
         self.metric_fns = build_metrics(cfg.metrics)
         if info.is_main:
             # before DDP's first collective: no other rank can fail (and record it) before this is written
@@ -353,6 +356,18 @@ class Trainer:
         flat = hparams.ordered(flatten(runfiles.redacted(self.cfg)), swept)
         tags = [self.cfg.objective.metric] + [k for k in last if k != self.cfg.objective.metric]
         return hparams.summaries(flat, [t for t in tags if t in last and not t.startswith("perf/")], swept)
+
+
+def takes_targets(model: nn.Module, loss_target: str) -> None:
+    """loss=model calls ``model(inputs, targets)``: say so at once if its forward takes one argument."""
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        raise TypeError(f"loss._target_={loss_target}: {type(model).__name__}.forward takes no targets; expected "
+                        f"forward(inputs, targets) returning a scalar loss, (logits, loss) or an object with .loss")
 
 
 def flatten(node: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
