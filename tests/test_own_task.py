@@ -101,3 +101,20 @@ def test_login_node_refuses_what_cannot_work(tmp_path, args, message):
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr
     assert not sweep.exists() or not [p for p in sweep.iterdir() if p.is_dir()]  # no run, no submission
+
+
+def test_loss_targets_are_referenced_or_built():
+    """A function is referenced (not called) when built, a class is built with its keys; a constant is refused."""
+    import torch
+    from torch.nn import functional as F
+
+    from hpctrain.build import build_loss
+    from trainer_helpers import compose
+
+    assert build_loss(compose(["loss._target_=torch.nn.functional.smooth_l1_loss"]).loss) is F.smooth_l1_loss
+    huber = build_loss(compose(["loss._target_=torch.nn.HuberLoss", "+loss.delta=0.5"]).loss)
+    assert isinstance(huber, torch.nn.HuberLoss) and huber.delta == 0.5
+    bound = build_loss(compose(["loss._target_=torch.nn.functional.smooth_l1_loss", "+loss.beta=0.25"]).loss)
+    assert bound(torch.zeros(2), torch.ones(2)).item() == pytest.approx(1 - 0.125)  # beta bound as a keyword
+    with pytest.raises(TypeError, match=r"loss._target_='user_models.SCALE' is a int, expected a callable"):
+        build_loss(compose(["loss._target_=user_models.SCALE"]).loss)
