@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+import yaml
 
 from conftest import hpctrain_env, run_hpctrain
 from trainer_helpers import compose
@@ -81,7 +82,6 @@ def test_sweep_by_accuracy_max(tmp_path):
 def optuna_python(tmp_path_factory):
     """A virtual environment with Hydra's released Optuna sweeper (it pins optuna<3, sqlalchemy<2 works
     with it), layered over this environment's packages (torch, hpctrain) with a .pth file."""
-    import site
     import sysconfig
 
     venv = tmp_path_factory.mktemp("optuna") / "venv"
@@ -96,7 +96,6 @@ def optuna_python(tmp_path_factory):
     ours = sysconfig.get_path("purelib")
     # appended after the new environment's own packages, so its pins win; .pth files there run too
     (venv / purelib / "zz_outer_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-    del site
     return python
 
 
@@ -111,7 +110,5 @@ def test_optuna_sweeper_over_local_launcher(tmp_path, optuna_python):
     assert proc.returncode == 0, proc.stderr[-3000:]
     values = [json.loads((d / "metrics.json").read_text())["objective"]["value"] for d in _run_dirs(sweep)]
     assert len(values) == 2
-    import yaml
-
     result = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     assert result["best_value"] == pytest.approx(min(values))
