@@ -6,7 +6,7 @@ Imported on login nodes (it is the Hydra app), so torch is imported only inside 
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -20,12 +20,19 @@ log = logging.getLogger("hpctrain")
 register_configs()
 
 
-def train(cfg: DictConfig) -> Dict[str, Any]:
+def objective_value(record: Optional[Dict[str, Any]]) -> float:
+    """The number Hydra's search sweepers (Optuna, Nevergrad, Ax) read: the run's objective, NaN if none."""
+    value = ((record or {}).get("objective") or {}).get("value")
+    return float(value) if isinstance(value, (int, float)) else float("nan")
+
+
+def train(cfg: DictConfig) -> float:
+    """One run; returns its objective value (metrics.json holds the whole result)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if record.is_completed(run_dir):
         summary = runfiles.read_metrics(run_dir) or {}
         log.info("%s already completed at step %s: nothing to do", run_dir, summary.get("step"))
-        return summary
+        return objective_value(summary)
 
     problems = validate_job(cfg)
     if problems:
@@ -45,9 +52,10 @@ def train(cfg: DictConfig) -> Dict[str, Any]:
         if own_record:
             record.completed(run_dir)
             record.write_summary(run_dir)
-        log.info("run %s: step %d, train/loss %.4f", run_dir, result["step"], result["metrics"].get("train/loss", float("nan")))
+        objective = result["objective"]
+        log.info("run %s: step %d, %s %s", run_dir, result["step"], objective["metric"], objective["value"])
         failed = False
-        return result
+        return objective_value(result)
     except Exception as exc:
         record_failure(run_dir, exc, info.rank if info else int(os.environ.get("RANK", 0)))
         raise

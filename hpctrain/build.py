@@ -1,16 +1,17 @@
-"""Factories: model, data and optimizer from their config slices (Hydra instantiate).
+"""Factories: model, data, optimizer, loss and metrics from their config slices (Hydra instantiate).
 
 A user's own class plugs in with ``model._target_=pkg.Net``. Keys of the group's default schema that
 the user's constructor does not take (say ``hidden`` for a ``Net(in_features, num_classes)``) are left
 out, with a log line, so swapping the target alone is enough.
 """
 
+import functools
 import inspect
 import logging
-from typing import Any
+from typing import Any, Callable, Dict
 
 import torch
-from hydra.utils import get_method, instantiate
+from hydra.utils import get_method, get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.utils.data import Dataset
@@ -71,3 +72,30 @@ def build_optimizer(cfg: DictConfig, model: nn.Module, lr: float, device: torch.
         cfg = OmegaConf.merge(cfg, {"fused": True if device.type == "cuda" else None})
     groups = param_groups(model, float(cfg.get("weight_decay", 0.0)))
     return build(cfg, params=groups, lr=lr)
+
+
+def build_callable(cfg: DictConfig, key: str) -> Callable[..., Any]:
+    """A callable from ``{_target_: ..., **keys}``: a function is referenced (its keys bound, as Hydra's
+    ``_partial_``), a class is built with its keys and the instance is what gets called."""
+    try:
+        target = get_object(cfg._target_)
+    except Exception as exc:
+        raise ValueError(f"{key}._target_={cfg._target_!r}: cannot import it ({exc})") from exc
+    if not callable(target):
+        raise TypeError(f"{key}._target_={cfg._target_!r} is a {type(target).__name__}, expected a callable "
+                        f"(outputs, targets) -> tensor, or a class whose instances are one")
+    built = instantiate(cfg, _convert_="all", _partial_=not inspect.isclass(target))
+    if not callable(built):
+        raise TypeError(f"{key}._target_={cfg._target_!r} built a {type(built).__name__}, which is not callable; "
+                        f"expected (outputs, targets) -> tensor")
+    if isinstance(built, functools.partial) and not built.args and not built.keywords:
+        return built.func  # a plain reference: keep the function itself (the trainer compares it)
+    return built
+
+
+def build_loss(cfg: DictConfig) -> Callable[..., Any]:
+    return build_callable(cfg, "loss")
+
+
+def build_metrics(cfg: DictConfig) -> Dict[str, Callable[..., Any]]:
+    return {str(name): build_callable(node, f"metrics.{name}") for name, node in cfg.items()}

@@ -7,8 +7,8 @@ in ``conf/`` pick these schemas through their defaults lists and hold the values
 This module must stay light: it is imported on login nodes (no torch here).
 """
 
-from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
 
 import hashlib
 
@@ -16,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, OmegaConf
 
 PRECISIONS = ("32", "bf16", "fp16")
+OBJECTIVE_MODES = ("min", "max")
 
 
 # ---------------------------------------------------------------- model
@@ -106,12 +107,24 @@ class SGDConfig:
     weight_decay: float = 0.0
 
 
+# ---------------------------------------------------------------- objective
+@dataclass
+class ObjectiveConfig:
+    """What a sweep optimises: a metric the run logs (``val/<name>`` for each of ``metrics``)."""
+
+    metric: str = "val/loss"
+    mode: str = "min"  # one of OBJECTIVE_MODES
+
+
 # ---------------------------------------------------------------- top level
 @dataclass
 class TrainConfig:
     model: Any = MISSING
     data: Any = MISSING
     optim: Any = MISSING
+    loss: Any = MISSING  # conf/loss/: cross_entropy | mse | model, or any callable by _target_
+    metrics: Dict[str, Any] = field(default_factory=dict)  # name -> callable (outputs, targets) -> tensor
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     lr: float = 3e-3
     batch_size: int = 64  # global: across ranks and accumulation steps
     grad_accum: int = 1

@@ -6,7 +6,7 @@ Non-zero ranks get a no-op logger, so the training loop never branches on the ra
 import contextlib
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 
@@ -30,7 +30,7 @@ class NullLogger:
     def progress(self, **fields: Any) -> None:
         pass
 
-    def finish(self, hparams: Dict[str, Any], final: Dict[str, float]) -> None:
+    def finish(self, summaries: List[Any]) -> None:
         pass
 
     def close(self) -> None:
@@ -55,17 +55,11 @@ class RunLogger(NullLogger):
     def progress(self, **fields: Any) -> None:
         record.write_summary(self.run_dir, **fields)  # the status is the run record's, where there is one
 
-    def finish(self, hparams: Dict[str, Any], final: Dict[str, float]) -> None:
-        """Write the run's hyperparameters with its final metrics (TensorBoard's HParams view)."""
-        from torch.utils.tensorboard.summary import hparams as hparams_summary
-
-        exp, ssi, sei = hparams_summary(hparams, final)
+    def finish(self, summaries: List[Any]) -> None:
+        """Write the run's HParams summaries (``hparams.summaries``; the metrics are scalars already logged)."""
         file_writer = compat.file_writer(self.writer)
-        for summary in (exp, ssi, sei):
+        for summary in summaries:
             file_writer.add_summary(summary)
-        step = int(final.get("step", 0))
-        for tag, value in final.items():
-            self.writer.add_scalar(tag, value, step)
         self.writer.flush()
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
 """The training loop: DDP, gradient accumulation, mixed precision, checkpoints, logging."""
 
 import contextlib
+import inspect
 import logging
 import math
 import os
@@ -8,20 +9,23 @@ import socket
 import time
 import traceback
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 from torch import nn
-from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from hpctrain import checkpoint, record, runfiles
-from hpctrain.build import build_data, build_model, build_optimizer
+from hpctrain import checkpoint, hparams, losses, record, runfiles
+from hpctrain.batches import batch_size_of, to_device, tokens_per_sample
+from hpctrain.build import build_data, build_loss, build_metrics, build_model, build_optimizer
+from hpctrain.eval_metrics import batch_value, weighted_means
 from hpctrain.distributed import DistInfo, allow_tf32
 from hpctrain.metrics import NullLogger, RunLogger, Throughput, peak_flops
+from hpctrain.model_outputs import ModelOutputError, logits_of, loss_of
 from hpctrain.preemption import PreemptionGuard
 
 log = logging.getLogger(__name__)
@@ -91,6 +95,16 @@ class Trainer:
         splits = build_data(cfg.data)
         self.train_set, self.val_set = splits.train, splits.val
         self.raw_model = build_model(cfg.model).to(self.device)
+        self.loss = build_loss(cfg.loss)
+        if isinstance(self.loss, nn.Module):
+            self.loss = self.loss.to(self.device)  # a loss class with buffers (class weights)
+        # loss=model: pair batches call model(inputs, targets); dict batches take the model's loss with
+        # the default cross_entropy too (a Hugging Face model computes it from the batch's labels)
+        self.model_loss = self.loss is losses.from_model
+        self.dict_model_loss = self.model_loss or self.loss is losses.cross_entropy
+        if self.model_loss:
+            takes_targets(self.raw_model, cfg.loss._target_)
+        self.metric_fns = build_metrics(cfg.metrics)
         if info.is_main:
             record.write_summary(self.run_dir, max_steps=cfg.max_steps,
                                  started=time.time(), world_size=info.world_size, host=socket.gethostname(),
@@ -137,13 +151,13 @@ class Trainer:
             generator=torch.Generator().manual_seed(self.cfg.seed + self.epoch),
         )
 
-    def batches(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    def batches(self) -> Iterator[Any]:
         """Micro-batches forever; (epoch, batch_in_epoch) is the resumable data position."""
         while True:
             self.sampler.set_position(self.epoch, self.batch_in_epoch)
-            for x, y in self._loader():
+            for batch in self._loader():
                 self.batch_in_epoch += 1
-                yield x, y
+                yield batch
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
     # ------------------------------------------------------------------ state
@@ -191,21 +205,31 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
-    def loss_fn(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = self.model(x)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    def forward(self, model: nn.Module, batch: Any) -> Tuple[Any, Any]:
+        """The model's output and the batch's targets: ``model(inputs)`` (``model(inputs, targets)`` with
+        loss=model) for pairs, ``model(**batch)`` for dicts (Hugging Face's convention; targets: labels)."""
+        if isinstance(batch, Mapping):
+            return model(**batch), batch.get("labels")
+        x, y = batch
+        return (model(x, y) if self.model_loss else model(x)), y
+
+    def loss_fn(self, outputs: Any, targets: Any, batch: Any) -> torch.Tensor:
+        try:
+            if self.model_loss or (self.dict_model_loss and isinstance(batch, Mapping)):
+                return loss_of(outputs)
+            return self.loss(logits_of(outputs), targets)  # the predictions: a tensor, (logits, ...), .logits
+        except ModelOutputError as exc:
+            raise ModelOutputError(f"loss._target_={self.cfg.loss._target_}: {exc}") from None
 
     def train_step(self, batches: Iterator) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(self.grad_accum):
-            x, y = next(batches)
-            x = x.to(self.device, non_blocking=True)
-            y = y.to(self.device, non_blocking=True)
+            batch = to_device(next(batches), self.device)
             if self.info.enabled:
                 # all-reduce gradients on the last micro-step only; earlier ones accumulate locally
                 self.model.require_backward_grad_sync = micro == self.grad_accum - 1
             with self.autocast():
-                loss = self.loss_fn(x, y) / self.grad_accum  # mean over the whole global batch
+                loss = self.loss_fn(*self.forward(self.model, batch), batch) / self.grad_accum  # global batch mean
             self.scaler.scale(loss).backward()
             loss_sum += loss.detach()
         grad_norm = None
@@ -220,25 +244,34 @@ class Trainer:
         return loss_sum, grad_norm
 
     @torch.no_grad()
-    def evaluate(self, max_batches: int = 20) -> Optional[float]:
+    def evaluate(self, max_batches: int = 20) -> Dict[str, float]:
+        """``val/loss`` and ``val/<metric>``: sample-weighted means over the same samples at any world size."""
         if self.val_set is None:
-            return None
+            return {}
         self.model.eval()
-        n = min(len(self.val_set), max_batches * self.micro_bs)
+        n = min(len(self.val_set), max_batches * self.micro_bs * self.info.world_size)
         idx = list(range(self.info.rank, n, self.info.world_size))
         loader = DataLoader(self.val_set, batch_size=self.micro_bs, sampler=idx,
                             collate_fn=getattr(self.val_set, "collate", None))
-        total = torch.zeros(2, device=self.device)
-        for x, y in loader:
+        names = ["val/loss"] + [f"val/{name}" for name in self.metric_fns]
+        totals = torch.zeros(len(names) + 1, device=self.device)  # sums of batch means x batch sizes, count
+        for batch in loader:
+            batch = to_device(batch, self.device)
             with self.autocast():
-                logits = self.raw_model(x.to(self.device))
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.to(self.device).reshape(-1),
-                                       reduction="sum")
-            total += torch.stack([loss, torch.tensor(float(y.numel()), device=self.device)])
+                outputs, targets = self.forward(self.raw_model, batch)
+                values = [self.loss_fn(outputs, targets, batch).float()]
+            if self.metric_fns:
+                if targets is None:
+                    raise ModelOutputError(f"metrics.{next(iter(self.metric_fns))}: the batch has no targets "
+                                           f"(a dict batch needs 'labels')")
+                preds = logits_of(outputs, f"metrics.{next(iter(self.metric_fns))}")
+                values += [batch_value(name, fn, preds, targets) for name, fn in self.metric_fns.items()]
+            size = batch_size_of(batch)
+            totals += torch.stack(values + [torch.ones((), device=self.device)]) * size
         if self.info.enabled:
-            dist.all_reduce(total)
+            dist.all_reduce(totals)
         self.model.train()
-        return (total[0] / total[1].clamp(min=1)).item()
+        return weighted_means(totals, names)
 
     def _log_step(self, mean_loss: torch.Tensor, grad_norm: Optional[torch.Tensor],
                   meter: Throughput) -> Tuple[Dict[str, float], bool]:
@@ -270,7 +303,7 @@ class Trainer:
 
     def fit(self) -> Dict[str, Any]:
         cfg = self.cfg
-        tokens = self.train_set[0][1].numel()  # targets per sample: 1, or the sequence length for an LM
+        tokens = tokens_per_sample(self.train_set[0])  # 1, or the sequence length for an LM
         meter = Throughput(cfg.batch_size, tokens, self._flops_per_step(), peak_flops(self.device, str(cfg.precision)),
                            self.info.world_size, sync=self._sync)
         self.model.train()
@@ -302,19 +335,20 @@ class Trainer:
         self.guard.uninstall()
         self._log_eval(last)
         self.save_checkpoint()
-        final = {k: v for k, v in last.items() if not k.startswith("perf/")}
+        objective = {"metric": cfg.objective.metric, "mode": cfg.objective.mode,
+                     "value": last.get(cfg.objective.metric)}
         result = {"status": record.COMPLETED, "step": self.step, "max_steps": cfg.max_steps, "metrics": last,
-                  "elapsed_s": time.time() - started}
-        self.logger.finish(self._hparams(), {f"final/{k.replace('/', '_')}": v for k, v in final.items()})
+                  "objective": objective, "elapsed_s": time.time() - started}
+        self.logger.finish(self._hparams_summaries(last))
         self.logger.progress(**result)
         self.logger.close()
         return result
 
     def _log_eval(self, last: Dict[str, float]) -> None:
         val = self.evaluate()
-        if val is not None:
-            last["val/loss"] = val
-            self.logger.scalars({"val/loss": val}, self.step)
+        if val:
+            last.update(val)
+            self.logger.scalars(val, self.step)
 
     def _preempted(self) -> None:
         log.warning("preemption/timeout signal: checkpointing at step %d, then requeue", self.step)
@@ -323,8 +357,26 @@ class Trainer:
         self.logger.close()
         self.guard.hand_over()
 
-    def _hparams(self) -> Dict[str, Any]:
-        return flatten(runfiles.redacted(self.cfg))
+    def _hparams_summaries(self, last: Dict[str, float]) -> list:
+        """HParams: this run's command-line keys first; the objective, then the final values, as metrics."""
+        from hydra.core.hydra_config import HydraConfig
+
+        swept = hparams.swept_keys(HydraConfig.get().overrides.task) if HydraConfig.initialized() else {}
+        flat = hparams.ordered(flatten(runfiles.redacted(self.cfg)), swept)
+        tags = [self.cfg.objective.metric] + [k for k in last if k != self.cfg.objective.metric]
+        return hparams.summaries(flat, [t for t in tags if t in last and not t.startswith("perf/")], swept)
+
+
+def takes_targets(model: nn.Module, loss_target: str) -> None:
+    """loss=model calls ``model(inputs, targets)``: say so at once if its forward takes one argument."""
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        raise TypeError(f"loss._target_={loss_target}: {type(model).__name__}.forward takes no targets; expected "
+                        f"forward(inputs, targets) returning a scalar loss, (logits, loss) or an object with .loss")
 
 
 def flatten(node: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:

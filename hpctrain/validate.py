@@ -13,7 +13,7 @@ from typing import List, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hpctrain.config import PRECISIONS
+from hpctrain.config import OBJECTIVE_MODES, PRECISIONS
 
 
 def validate_job(cfg: DictConfig, world_size: int = 1) -> List[str]:
@@ -56,11 +56,33 @@ def validate_job(cfg: DictConfig, world_size: int = 1) -> List[str]:
         minimum = 2 if key in ("num_classes", "vocab_size") else 1
         if isinstance(value, int) and value < minimum:
             problems.append(f"data.{key}={value}: expected an integer >= {minimum}")
-    for group in ("model", "data", "optim"):
+    for group in ("model", "data", "optim", "loss"):
         target = OmegaConf.select(cfg, f"{group}._target_")
         error = target_error(target) if isinstance(target, str) else "a class path such as pkg.module.Class"
         if error:
             problems.append(f"{group}._target_={target!r}: {error}")
+    problems += _metrics_problems(cfg)
+    return problems
+
+
+def logged_metrics(cfg: DictConfig) -> List[str]:
+    """The metric names a run of this config logs (val/* when the data has a validation split)."""
+    names = ["train/loss", "train/lr", "val/loss"] + [f"val/{name}" for name in cfg.metrics]
+    return names + (["train/grad_norm"] if cfg.grad_clip > 0 else [])
+
+
+def _metrics_problems(cfg: DictConfig) -> List[str]:
+    problems = []
+    for name, node in cfg.metrics.items():
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        error = target_error(target) if isinstance(target, str) else "expected {_target_: pkg.module.function}"
+        if error:
+            problems.append(f"metrics.{name}._target_={target!r}: {error}")
+    if cfg.objective.mode not in OBJECTIVE_MODES:
+        problems.append(f"objective.mode={cfg.objective.mode!r}: expected one of {', '.join(OBJECTIVE_MODES)}")
+    if cfg.objective.metric not in logged_metrics(cfg):
+        problems.append(f"objective.metric={cfg.objective.metric!r}: no run of this config logs it; expected one "
+                        f"of {', '.join(logged_metrics(cfg))} (each of metrics.<name> logs val/<name>)")
     return problems
 
 
@@ -79,9 +101,39 @@ def target_error(path: str) -> Optional[str]:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return f"module {module!r} does not parse: {exc}"
-    if _defines(tree, name):
-        return None
-    return f"module {module!r} has no {name!r}"
+    if not _defines(tree, name):
+        return f"module {module!r} has no {name!r}"
+    kind = _constant_kind(tree, name)
+    if kind:
+        return f"{module}.{name} is a constant ({kind}), expected a callable (a class or function)"
+    return None
+
+
+_LITERALS = {ast.List: "list", ast.Dict: "dict", ast.Tuple: "tuple", ast.Set: "set", ast.JoinedStr: "str"}
+
+
+def _constant_kind(tree: ast.Module, name: str) -> Optional[str]:
+    """The type of the literal ``name`` is assigned at module level (``SCALE = 3``: "int"), else None."""
+    kind = None
+    for node in tree.body:
+        value = None
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            value = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            value = node.value
+        elif isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Import, ast.ImportFrom)):
+            if any(n == name for n in _bound_names(node)):
+                kind = None  # rebound to something callable later on
+            continue
+        if value is not None:
+            kind = type(value.value).__name__ if isinstance(value, ast.Constant) else _LITERALS.get(type(value))
+    return kind
+
+
+def _bound_names(node: ast.stmt) -> List[str]:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [alias.asname or alias.name.split(".")[-1] for alias in node.names]
+    return [node.name]  # type: ignore[attr-defined]
 
 
 def _module_source(module: str) -> Optional[str]:

@@ -66,3 +66,141 @@ class RankOneFails(TinyNet):
         if os.environ.get("RANK") == "1":
             raise RuntimeError("RankOneFails: rank 1 is out")
         return super().forward(x)
+
+
+SCALE = 3  # not callable: `loss._target_=user_models.SCALE` is refused on the login node
+
+
+# ---------------------------------------------------------------- a user's own task (issue 9)
+class IntLabelImages(torch.utils.data.Dataset):
+    """torchvision's convention: ``(image tensor, int label)``; no ``__getitems__``, the default collate."""
+
+    def __init__(self, n: int, num_classes: int, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.labels = torch.randint(num_classes, (n,), generator=g).tolist()
+        self.images = 0.5 * torch.randn(n, 1, 8, 8, generator=g)
+        for i, label in enumerate(self.labels):  # class k: a bright row k
+            self.images[i, 0, 2 * label] += 1.5
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        return self.images[i], int(self.labels[i])
+
+
+def int_label_images(num_classes: int, train_size: int, val_size: int, seed: int = 0):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(train=IntLabelImages(train_size, num_classes, seed),
+                           val=IntLabelImages(val_size, num_classes, seed + 1))
+
+
+class TinyConv(nn.Module):
+    """A torchvision-style classifier: conv, pool, linear."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.head = nn.Linear(8 * 4 * 4, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 2).flatten(1))
+
+
+class Regression(torch.utils.data.Dataset):
+    """y = w.x + noise; targets as Python floats or as float tensors of shape (1,)."""
+
+    def __init__(self, n: int, num_features: int, seed: int, tensor_targets: bool) -> None:
+        g = torch.Generator().manual_seed(seed)
+        w = torch.linspace(-1, 1, num_features)
+        self.x = torch.randn(n, num_features, generator=g)
+        self.y = self.x @ w + 0.1 * torch.randn(n, generator=g)
+        self.tensor_targets = tensor_targets
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        y = self.y[i]
+        return self.x[i], (y.reshape(1) if self.tensor_targets else float(y))
+
+
+def regression_data(num_features: int, train_size: int, val_size: int, tensor_targets: bool = False):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(train=Regression(train_size, num_features, 0, tensor_targets),
+                           val=Regression(val_size, num_features, 1, tensor_targets))
+
+
+class Regressor(nn.Module):
+    def __init__(self, in_features: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(in_features, 32), nn.Tanh(), nn.Linear(32, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class DictTokens(torch.utils.data.Dataset):
+    """Hugging Face's convention: ``{"input_ids": (T,), "labels": (T,)}``; the next token is the current + 1."""
+
+    def __init__(self, n: int, vocab_size: int, seq_len: int, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        start = torch.randint(vocab_size, (n, 1), generator=g)
+        self.seq = (start + torch.arange(seq_len + 1)) % vocab_size
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def __getitem__(self, i: int):
+        return {"input_ids": self.seq[i, :-1], "labels": self.seq[i, 1:]}
+
+
+def dict_tokens(vocab_size: int = 16, seq_len: int = 8, train_size: int = 1024, val_size: int = 128):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(train=DictTokens(train_size, vocab_size, seq_len, 0),
+                           val=DictTokens(val_size, vocab_size, seq_len, 1))
+
+
+class CausalLMOutput(dict):
+    """Like transformers' ModelOutput: a dict whose fields are attributes too."""
+
+    __getattr__ = dict.__getitem__
+
+
+class TinyCausalLM(nn.Module):
+    """``model(input_ids=..., labels=...)`` returns ``.loss`` and ``.logits``, in plain torch."""
+
+    def __init__(self, vocab_size: int = 16) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, 32)
+        self.head = nn.Linear(32, vocab_size)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor = None) -> CausalLMOutput:
+        logits = self.head(torch.tanh(self.embed(input_ids)))
+        out = CausalLMOutput(logits=logits)
+        if labels is not None:
+            out["loss"] = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        return out
+
+
+class LogitsAndLoss(TinyNet):
+    """nanoGPT's convention: ``model(x, targets)`` returns ``(logits, loss)``."""
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor = None):
+        logits = super().forward(x)
+        loss = None if targets is None else torch.nn.functional.cross_entropy(logits, targets)
+        return logits, loss
+
+
+def broken_metric(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    raise KeyError("no such column")
+
+
+class IgnoresTargets(TinyNet):
+    """Takes the targets but returns logits only: no loss for loss=model."""
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor = None) -> torch.Tensor:
+        return super().forward(x)

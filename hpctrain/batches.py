@@ -1,0 +1,55 @@
+"""Batches as data sets give them: ``(inputs, targets)`` pairs or dicts in Hugging Face's convention.
+
+Pairs' targets are tensors or Python numbers (torchvision's int labels; the default collate makes a
+tensor of them). Dicts (``{"input_ids": ..., "labels": ...}``) are moved key by key.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+def _move(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=True)
+    if isinstance(value, (int, float)):
+        return torch.as_tensor(value, device=device)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) for v in value):
+        return torch.as_tensor(value, device=device)  # a batch of Python-number targets, not collated
+    if isinstance(value, Mapping):
+        return {k: _move(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_move(v, device) for v in value)
+    return value
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """A pair with its tensors (and number targets, as a tensor) on ``device``, or a dict moved key by key."""
+    if isinstance(batch, Mapping):
+        return {k: _move(v, device) for k, v in batch.items()}
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        raise TypeError(f"data: a batch is a {type(batch).__name__}; expected (inputs, targets) pairs or dicts "
+                        f"in Hugging Face's convention (input_ids, labels, ...)")
+    x, y = batch
+    return _move(x, device), _move(y, device)
+
+
+def batch_size_of(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its targets (pairs) or of its first tensor (dicts)."""
+    if isinstance(batch, Mapping):
+        first = next((v for v in batch.values() if isinstance(v, torch.Tensor) and v.dim() > 0), None)
+        return int(first.shape[0]) if first is not None else 1
+    x, y = batch
+    ref = y if isinstance(y, torch.Tensor) and y.dim() > 0 else x
+    return int(ref.shape[0]) if isinstance(ref, torch.Tensor) and ref.dim() > 0 else 1
+
+
+def tokens_per_sample(sample: Any) -> int:
+    """Tokens in one sample for throughput: the target length when targets are integer sequences, else 1."""
+    target = sample.get("labels") if isinstance(sample, Mapping) else sample[1]
+    if target is None:
+        return 1
+    t = torch.as_tensor(target)
+    integer = not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+    return t.numel() if integer and t.dim() >= 1 else 1

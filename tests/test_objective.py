@@ -1,0 +1,114 @@
+"""Metrics across ranks, the objective in metrics.json and TensorBoard's HParams, and a released Hydra
+search sweeper over hpctrain's local launcher."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from conftest import hpctrain_env, run_hpctrain
+from trainer_helpers import compose
+
+
+def _run_dirs(sweep):
+    return sorted((p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                  key=lambda p: int(p.name.split("_")[0]))
+
+
+def test_accuracy_over_two_ranks_equals_one_process(tmp_path):
+    """2 gloo ranks with uneven shards (1001 samples); the sample-weighted mean equals a plain computation."""
+    overrides = ["max_steps=20", "eval_every=0", "batch_size=64", "data.val_size=1001"]
+    run_hpctrain(["-m", *overrides, "hydra/launcher=local", "hydra.launcher.tasks_per_node=2",
+                  f"hydra.sweep.dir={tmp_path / 's'}"], cwd=tmp_path)
+    (run_dir,) = _run_dirs(tmp_path / "s")
+    record = json.loads((run_dir / "metrics.json").read_text())
+    assert record["status"] == "completed" and record["world_size"] == 2
+
+    from hpctrain.build import build_data, build_model
+
+    cfg = compose(overrides)
+    model = build_model(cfg.model)
+    model.load_state_dict(torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["model"])
+    val = build_data(cfg.data).val
+    with torch.no_grad():
+        logits = model(val.x)
+    accuracy = (logits.argmax(-1) == val.y).float().mean().item()
+    loss = torch.nn.functional.cross_entropy(logits, val.y).item()
+    assert record["metrics"]["val/accuracy"] == pytest.approx(accuracy, abs=1e-6)
+    assert record["metrics"]["val/loss"] == pytest.approx(loss, rel=1e-5)
+
+
+def _hparams_experiment(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    acc = EventAccumulator(str(run_dir / "tb"))
+    acc.Reload()
+    return HParamsPluginData.FromString(acc.PluginTagToContent("hparams")["_hparams_/experiment"]).experiment
+
+
+def test_sweep_by_accuracy_max(tmp_path):
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "lr=1e-4,3e-3", "objective.metric=val/accuracy", "objective.mode=max", "max_steps=40",
+                  "hydra/launcher=local", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    runs = _run_dirs(sweep)
+    values = []
+    for run_dir in runs:
+        record = json.loads((run_dir / "metrics.json").read_text())
+        assert record["objective"] == {"metric": "val/accuracy", "mode": "max",
+                                       "value": record["metrics"]["val/accuracy"]}
+        values.append(record["objective"]["value"])
+        # HParams: the command line's keys marked `differs` (TensorBoard lists them first), the objective
+        # as the first metric
+        exp = _hparams_experiment(run_dir)
+        differs = {h.name for h in exp.hparam_infos if h.differs}
+        assert differs == {"lr", "objective.metric", "objective.mode", "max_steps"}, differs
+        assert [h.name for h in exp.hparam_infos][:4] == ["lr", "objective.metric", "objective.mode", "max_steps"]
+        tags = [m.name.tag for m in exp.metric_infos]
+        assert tags[0] == "val/accuracy" and {"val/loss", "train/loss"} <= set(tags)
+    assert values[1] > values[0]  # 40 steps at lr=1e-4 barely move
+    proc = subprocess.run([sys.executable, "-m", "hpctrain", "report", str(sweep), "--metric", "val/accuracy",
+                           "--mode", "max"], cwd=tmp_path, env=hpctrain_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"best:\s+#1 .*val/accuracy", proc.stdout), proc.stdout
+
+
+@pytest.fixture(scope="session")
+def optuna_python(tmp_path_factory):
+    """A virtual environment with Hydra's released Optuna sweeper (it pins optuna<3, sqlalchemy<2 works
+    with it), layered over this environment's packages (torch, hpctrain) with a .pth file."""
+    import sysconfig
+
+    venv = tmp_path_factory.mktemp("optuna") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "hydra-optuna-sweeper==1.2.0",
+                          "hydra-core==1.3.2", "optuna<3", "sqlalchemy<2"], capture_output=True, text=True,
+                         timeout=900)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    ours = sysconfig.get_path("purelib")
+    # appended after the new environment's own packages, so its pins win; .pth files there run too
+    (venv / purelib / "zz_outer_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    return python
+
+
+def test_optuna_sweeper_over_local_launcher(tmp_path, optuna_python):
+    """hpctrain's task function returns its objective as a number: Optuna's sweeper can minimise it."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([str(optuna_python), "-m", "hpctrain", "-m", "hydra/sweeper=optuna",
+                           "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", "hydra.sweeper.sampler.seed=0",
+                           "lr=interval(0.0001,0.01)", "max_steps=10", "hydra/launcher=local",
+                           f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=hpctrain_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    values = [json.loads((d / "metrics.json").read_text())["objective"]["value"] for d in _run_dirs(sweep)]
+    assert len(values) == 2
+    result = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert result["best_value"] == pytest.approx(min(values))
