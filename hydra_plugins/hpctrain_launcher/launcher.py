@@ -92,10 +92,10 @@ class BaseLauncher(Launcher):
         self.base = self.submission_base(sweep_dir)
         if self.params.dry_run:
             print(self.dry_run_text(todo, python, sweep_dir))
-            self.say_snapshot(dry_run=True)
             print(f"runs ({len(todo)} to submit, {len(done)} already completed):")
             for r in todo:
                 print(f"  {r.idx:>4}  {r.run_dir}")
+            self.say_snapshot(dry_run=True)
             print("dry run: nothing submitted")
             return [self._placeholder(r, JobStatus.COMPLETED) for r in runs]
         if not todo:
