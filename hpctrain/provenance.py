@@ -19,19 +19,21 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain import runfiles
-from hpctrain.snapshot import git
+from hpctrain.snapshot import git, kept_names
 
 RECORD = "record.json"
 MAX_UNTRACKED = 200  # untracked files named in the record (all are counted)
 
 
-def _repo_state(root: Path, folder: Path, n: int) -> Dict[str, Any]:
-    """Commit, branch, ``git diff HEAD`` (into its own file) and the untracked files of one work tree."""
+def _repo_state(root: Path, folder: Path, n: int, exclude: Sequence[Path]) -> Dict[str, Any]:
+    """Commit, branch, ``git diff HEAD`` (into its own file) and the untracked files of one work tree
+    (as the snapshot takes them: no sweep dirs, no virtual environments)."""
     head = git(root, "rev-parse", "--verify", "-q", "HEAD")
     commit = head.stdout.strip() if head.returncode == 0 else None
     branch = git(root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip() if commit else None
     diff = git(root, "diff", "--no-color", "--no-ext-diff", "HEAD").stdout if commit else ""
-    untracked = [n for n in git(root, "ls-files", "-z", "--others", "--exclude-standard").stdout.split("\0") if n]
+    listed = git(root, "ls-files", "-z", "--others", "--exclude-standard").stdout.split("\0")
+    untracked = kept_names(root, [n for n in listed if n], exclude)
     sizes = []
     for name in untracked[:MAX_UNTRACKED]:
         try:
@@ -62,7 +64,7 @@ def _image(path: str) -> Dict[str, Any]:
             "mtime_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(st.st_mtime))}
 
 
-def write(folder: Path, *, runs: Sequence[int], repos: Sequence[Path], code_dir: Optional[Path],
+def write(folder: Path, sweep_dir: Path, *, runs: Sequence[int], repos: Sequence[Path], code_dir: Optional[Path],
           python_path: Optional[List[str]], job_python: str, image: Optional[str]) -> Path:
     """The record, before the jobs exist (their ids are added by :func:`add_job_ids`)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -77,7 +79,7 @@ def write(folder: Path, *, runs: Sequence[int], repos: Sequence[Path], code_dir:
         "python": sys.executable,
         "python_version": platform.python_version(),
         "hpctrain_version": version,
-        "repositories": [_repo_state(root, folder, n) for n, root in enumerate(repos)],
+        "repositories": [_repo_state(root, folder, n, [sweep_dir]) for n, root in enumerate(repos)],
         "snapshot": str(code_dir) if code_dir else None,
         "job_env": ({"PYTHONPATH": os.pathsep.join(python_path), "PYTHONSAFEPATH": "1"} if python_path else {}),
         "job_python": job_python,  # the interpreter, or the container command ending in it
@@ -117,7 +119,7 @@ def code_lines(path: Path, record: Dict[str, Any]) -> List[str]:
     """One line per repository: its commit, and "with local changes" when it had any."""
     lines = []
     for repo in record.get("repositories", []):
-        commit = (repo.get("commit") or "no commit yet")[:12]
+        commit = repo["commit"][:12] if repo.get("commit") else "(no commit yet)"
         changes = ""
         if repo.get("dirty"):
             where = [str(path.parent / repo["diff_file"])] if repo.get("diff_file") else []
@@ -145,7 +147,23 @@ def reproduce_command(command: str, record: Dict[str, Any]) -> str:
     if record.get("container_image") and prefix:
         runtime = (record.get("job_python") or "apptainer").split()[0].upper()
         prefix += f"{runtime}ENV_PYTHONPATH={shlex.quote(env['PYTHONPATH'])} {runtime}ENV_PYTHONSAFEPATH=1 "
-    return f"{head}{prefix}{record.get('job_python') or 'python'} -m {tail}"
+    python = record.get("job_python") or "python"
+    module, _, overrides = tail.partition(" ")
+    script = _script(record)
+    if module == "__main__" and script:  # an app run as `python app.py`: its copy in the snapshot
+        copy = Path(record["snapshot"], script.lstrip("/")) if record.get("snapshot") else Path(script)
+        return f"{head}{prefix}{python} {shlex.quote(str(copy if copy.exists() else script))} {overrides}".rstrip()
+    return f"{head}{prefix}{python} -m {tail}"
+
+
+def _script(record: Dict[str, Any]) -> Optional[str]:
+    """The script of ``python [OPTIONS] SCRIPT ...`` (absolute), None for ``python -m MODULE``."""
+    for arg in (record.get("argv") or [])[1:]:
+        if arg == "-m":
+            return None
+        if not arg.startswith("-"):
+            return os.path.realpath(os.path.join(record.get("cwd") or "", arg))
+    return None
 
 
 def for_report(sweep_dir: Path, idx: int, command: str) -> Tuple[str, List[str]]:

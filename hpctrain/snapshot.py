@@ -147,6 +147,13 @@ def _keep(names: Sequence[str]) -> Tuple[List[str], List[str]]:
     return kept, sorted(dropped)
 
 
+def kept_names(root: Path, names: Sequence[str], exclude: Sequence[Path] = ()) -> List[str]:
+    """``names`` (relative to ``root``) as a snapshot takes them: outside ``exclude`` and the directories
+    :func:`_keep` leaves out."""
+    prefixes = tuple(os.path.relpath(Path(e).resolve(), root) + "/" for e in exclude)
+    return [n for n in _keep(names)[0] if not n.startswith(prefixes)]
+
+
 # ---------------------------------------------------------------- the plan, and the copy
 @dataclass
 class Snapshot:

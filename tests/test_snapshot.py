@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HELPERS, run_hpctrain
-from slurm_helpers import cancel, job_id, metrics, queued, wait_for
+from slurm_helpers import cancel, job_id, metrics, queued, run_dirs, wait_for
 
 MODULE = '''
 import time
@@ -205,3 +205,45 @@ def test_container_job_imports_the_snapshot_ahead_of_the_image(project, tmp_path
     assert record["container_image"]["path"] == str(image) and record["container_image"]["bytes"] == 8
     assert record["distributions"] is None  # the image's packages ran, not this environment's
     assert record["job_python"].startswith("apptainer exec")
+
+
+APP = '''
+import hydra
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg):
+    return {"value": float(cfg.value)}
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.slurm
+def test_held_script_app_composes_the_yaml_of_submit_time(slurm_cluster, tmp_path):
+    """Any Hydra app, run as `python app.py`: its config directory is read from the snapshot too."""
+    repo = tmp_path / "app"
+    (repo / "conf").mkdir(parents=True)
+    git(repo, "init", "-q")
+    (repo / "app.py").write_text(APP)
+    (repo / "conf" / "config.yaml").write_text("value: 1\n")
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "app.py", "-m", "+x=1,2", "hydra/launcher=slurm",
+                           "+hydra.launcher.additional_parameters.hold=true", f"hydra.sweep.dir={sweep}"],
+                          cwd=repo, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    job = job_id(sweep)
+    try:
+        (repo / "conf" / "config.yaml").write_text("value: 2\n")
+        subprocess.run(["scontrol", "release", job], check=True, timeout=30)
+        wait_for(lambda: not queued(job), 120, "the array to end")
+        assert len(run_dirs(sweep)) == 2
+        for run_dir in run_dirs(sweep):
+            assert (run_dir / ".hydra" / "config.yaml").read_text().startswith("value: 1\n")
+        record = json.loads((sweep / ".hpctrain" / "submission-0" / "record.json").read_text())
+        (proj,) = [r for r in record["repositories"] if r["root"] == str(repo)]
+        assert proj["commit"] is None and {u["path"] for u in proj["untracked"]} == {"app.py", "conf/config.yaml"}
+    finally:
+        cancel(job)

@@ -105,7 +105,7 @@ class BaseLauncher(Launcher):
         from .job import SweepJob, save_payload
 
         payload = self.base.with_suffix(".pkl")
-        context = self.take_snapshot([r.idx for r in todo], python)
+        context = self.take_snapshot(sweep_dir, [r.idx for r in todo], python)
         save_payload(payload, context, self.task_function, self.config)
         runfiles.write_json_atomic(payload.with_suffix(".runs.json"), [str(r.run_dir) for r in todo])
         job = SweepJob(str(payload), str(sweep_dir), int(self.params.max_retries))
@@ -184,7 +184,7 @@ class BaseLauncher(Launcher):
         done = "would copy" if dry_run else f"copied in {seconds:.2f} s"
         print(f"hpctrain: code snapshot: {len(self.code.files)} files, {size:.1f} MB, {done} to {self.code.code_dir}")
 
-    def take_snapshot(self, runs: List[int], python: str) -> HydraContext:
+    def take_snapshot(self, sweep_dir: Path, runs: List[int], python: str) -> HydraContext:
         """Copy the code (once per process) and record what runs; the Hydra context the job composes with."""
         assert self.hydra_context is not None
         if self.code is not None and not self.code.taken:
@@ -197,7 +197,7 @@ class BaseLauncher(Launcher):
         c = self.params.container
         repos = self.code.repos if self.code else snapshot.source_repos(_cwd())
         self.record_path = provenance.write(
-            self.base, runs=runs, repos=repos, code_dir=self.code.code_dir if self.code else None,
+            self.base, sweep_dir, runs=runs, repos=repos, code_dir=self.code.code_dir if self.code else None,
             python_path=self.code.python_path(_cwd()) if self.code else None, job_python=python, image=c.image)
         return snapshot.relocate_search_path(self.hydra_context, self.code) if self.code else self.hydra_context
 
