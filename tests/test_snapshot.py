@@ -123,7 +123,7 @@ def test_local_sweep_runs_the_snapshot_and_report_reruns_it(project, tmp_path):
     proc = run_hpctrain(["-m", "lr=1e-3", "max_steps=5", *model_args(out), "hydra/launcher=local",
                          f"hydra.sweep.dir={sweep}"], cwd=project, timeout=300)
     code = sweep / ".hpctrain" / "submission-0" / "code"
-    assert f"to {code}" in proc.stdout and "code snapshot:" in proc.stdout
+    assert f"to {code}" in proc.stderr and "code snapshot:" in proc.stderr
     assert versions(out) == [["old", str(code) + str(project / "mynet.py")]]
     check_record(sweep, project)
 
@@ -142,7 +142,7 @@ def test_local_sweep_runs_the_snapshot_and_report_reruns_it(project, tmp_path):
     proc = run_hpctrain(["-m", "lr=1e-3", "max_steps=5", *model_args(out), "hydra/launcher=local",
                          "hydra.launcher.snapshot=false", f"hydra.sweep.dir={tmp_path / 'live'}"], cwd=project,
                         timeout=300)
-    assert "no code snapshot" in proc.stdout
+    assert "no code snapshot" in proc.stderr
     assert versions(out)[-1] == ["new", str(project / "mynet.py")]
     assert not (tmp_path / "live" / ".hpctrain" / "submission-0" / "code").exists()
 
@@ -167,8 +167,8 @@ def test_large_file_refused_and_named_venv_left_out(project, tmp_path):
     (project / ".gitignore").write_text("*.bin\n")
     proc = run_hpctrain(args + ["hydra.launcher.dry_run=true"], cwd=project, timeout=120)
     assert f"left out of the code snapshot (virtual environments, run outputs; add them to .gitignore): {venv}" \
-        in proc.stdout, proc.stdout
-    assert f"would copy to {sweep / '.hpctrain' / 'submission-0' / 'code'}" in proc.stdout
+        in proc.stderr, proc.stderr
+    assert f"would copy to {sweep / '.hpctrain' / 'submission-0' / 'code'}" in proc.stderr
 
 
 def test_listed_paths_outside_git_are_copied_and_the_launcher_says_so(tmp_path):
@@ -182,7 +182,7 @@ def test_listed_paths_outside_git_are_copied_and_the_launcher_says_so(tmp_path):
     proc = run_hpctrain(["-m", "lr=1e-3", "max_steps=5", *model_args(tmp_path / "out"), "hydra/launcher=local",
                          f"hydra.launcher.snapshot.paths=[{lib}]", f"hydra.sweep.dir={sweep}"], cwd=work,
                         env={"PYTHONPATH": os.pathsep.join([str(lib), str(HELPERS)])}, timeout=300)
-    assert f"{work} is not in a git work tree" in proc.stdout
+    assert f"{work} is not in a git work tree" in proc.stderr
     code = sweep / ".hpctrain" / "submission-0" / "code"
     assert versions(tmp_path / "out") == [["listed", str(code) + str(lib / "mynet.py")]]
 

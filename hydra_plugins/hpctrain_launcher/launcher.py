@@ -175,14 +175,17 @@ class BaseLauncher(Launcher):
         return snapshot.setup_lines(self.code.python_path(_cwd()), c.runtime if c.image else None)
 
     def say_snapshot(self, dry_run: bool = False, seconds: float = 0.0) -> None:
+        """On stderr, as notes: stdout keeps the dry run's script and run list as they were."""
         if self.code is None:
-            print("hpctrain: no code snapshot (hydra.launcher.snapshot=false): tasks import the live tree")
+            print("hpctrain: no code snapshot (hydra.launcher.snapshot=false): tasks import the live tree",
+                  file=sys.stderr)
             return
         for note in self.code.notes:
-            print(f"hpctrain: {note}")
+            print(f"hpctrain: {note}", file=sys.stderr)
         size = sum(self.code.files.values()) / 2**20
         done = "would copy" if dry_run else f"copied in {seconds:.2f} s"
-        print(f"hpctrain: code snapshot: {len(self.code.files)} files, {size:.1f} MB, {done} to {self.code.code_dir}")
+        print(f"hpctrain: code snapshot: {len(self.code.files)} files, {size:.1f} MB, {done} to {self.code.code_dir}",
+              file=sys.stderr)
 
     def take_snapshot(self, sweep_dir: Path, runs: List[int], python: str) -> HydraContext:
         """Copy the code (once per process) and record what runs; the Hydra context the job composes with."""
