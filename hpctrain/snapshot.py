@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
@@ -161,7 +162,6 @@ class Snapshot:
 
     code_dir: Path = Path()  # <sweep>/.hpctrain/submission-N/code
     files: Dict[str, int] = field(default_factory=dict)  # absolute source path -> size in bytes
-    trees: List[Path] = field(default_factory=list)  # the directories copied (work trees, listed dirs)
     repos: List[Path] = field(default_factory=list)  # the git work trees among them
     notes: List[str] = field(default_factory=list)  # said when the snapshot is taken
     problems: List[str] = field(default_factory=list)
@@ -188,8 +188,6 @@ class Snapshot:
 
     def take(self) -> float:
         """Copy the files (into a temporary folder, renamed when complete); the seconds it took."""
-        import time
-
         if self.taken:
             return 0.0
         start = time.perf_counter()
@@ -255,7 +253,6 @@ def plan(settings: Settings, cwd: Path, code_dir: Path, exclude: Sequence[Path] 
             root = root.parent
         else:
             names, dropped = _keep(_git_files(root) if is_git else _walk_files(root))
-            snap.trees.append(root)
             if is_git and root not in snap.repos:
                 snap.repos.append(root)
         dropped_all += [str(root / d) for d in dropped]

@@ -247,3 +247,25 @@ def test_held_script_app_composes_the_yaml_of_submit_time(slurm_cluster, tmp_pat
         assert proj["commit"] is None and {u["path"] for u in proj["untracked"]} == {"app.py", "conf/config.yaml"}
     finally:
         cancel(job)
+
+
+def test_settings_accept_false_or_the_keys_and_name_what_is_wrong():
+    from hpctrain.snapshot import Settings, read_settings
+
+    assert read_settings(False) == (None, [])
+    assert read_settings({"enabled": False, "paths": [], "max_mb": 50}) == (None, [])
+    assert read_settings({"enabled": True, "paths": ["lib"], "max_mb": 5}) == (Settings(True, ["lib"], 5.0), [])
+    assert read_settings({"max_mb": 0})[1] == ["hydra.launcher.snapshot.max_mb=0: expected a number > 0"]
+    assert read_settings({"paths": "lib"})[1] == ["hydra.launcher.snapshot.paths='lib': expected a list of paths"]
+    assert read_settings("yes")[1][0].startswith("hydra.launcher.snapshot='yes': expected false")
+
+
+def test_left_out_virtual_environments_outputs_and_bytecode():
+    from hpctrain.snapshot import _keep
+
+    names = ["a.py", "pkg/__pycache__/a.cpython-311.pyc", "pkg/b.pyc", ".venv/pyvenv.cfg", ".venv/lib/x.py",
+             "conda/conda-meta/history", "conda/lib/y.py", "multirun/d/t/multirun.yaml", "multirun/d/t/0/m.json",
+             "outputs/d/t/.hydra/config.yaml", "outputs/d/t/log.txt", "sub/.hpctrain/events/0.jsonl", "sub/c.py"]
+    kept, dropped = _keep(names)
+    assert kept == ["a.py"]
+    assert dropped == [".venv", "conda", "multirun/d/t", "outputs/d/t", "sub"]
