@@ -117,8 +117,11 @@ def _walk_files(root: Path) -> List[str]:
     """Every file under a listed directory, relative to it (symlinks to directories are not followed)."""
     names = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in SKIP_NAMES]
         rel = os.path.relpath(dirpath, root)
+        envs = [d for d in dirnames if os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg"))
+                or os.path.isdir(os.path.join(dirpath, d, "conda-meta"))]
+        names += [f"{d}/pyvenv.cfg" if rel == "." else f"{rel}/{d}/pyvenv.cfg" for d in envs]  # _keep says so
+        dirnames[:] = [d for d in dirnames if d not in SKIP_NAMES and d not in envs]  # not walked: thousands of files
         names += [n if rel == "." else f"{rel}/{n}" for n in filenames]
         names += [d if rel == "." else f"{rel}/{d}" for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
     return names
