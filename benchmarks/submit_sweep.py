@@ -65,7 +65,8 @@ T0 = time.perf_counter()
 from hydra.core.plugins import Plugins
 phases = {}
 ORDER = ["launcher.launch (all below)", "  exclude_constant_keys", "  plan_runs (compose groups once, copy per point)",
-         "  check (resources, container, validate_job per point)", "  record_submission (manifest, events)",
+         "  check (resources, container, validate_job per point)",
+         "  take_snapshot (copy the code once, record what ran)", "  record_submission (manifest, events)",
          "  submit (submitit map_array, sbatch)", "  record_job_ids"]
 def timed(owner, name, key):
     f = getattr(owner, name)
@@ -85,9 +86,10 @@ def patch_launcher():
     timed(L, "exclude_constant_keys", ORDER[1])
     timed(L, "plan_runs", ORDER[2])
     timed(L.BaseLauncher, "check", ORDER[3])
-    timed(L.BaseLauncher, "record_submission", ORDER[4])
-    timed(S.SlurmLauncher, "submit", ORDER[5])
-    timed(L.BaseLauncher, "record_job_ids", ORDER[6])
+    timed(L.BaseLauncher, "take_snapshot", ORDER[4])
+    timed(L.BaseLauncher, "record_submission", ORDER[5])
+    timed(S.SlurmLauncher, "submit", ORDER[6])
+    timed(L.BaseLauncher, "record_job_ids", ORDER[7])
 instantiate_sweeper = Plugins.instantiate_sweeper
 def instantiate_then_patch(self, *args, **kwargs):
     sweeper = instantiate_sweeper(self, *args, **kwargs)

@@ -147,9 +147,14 @@ def test_best_command_reproduces_the_best_run(sweep, tmp_path):
     if "&&" in words:
         cwd, words = Path(words[1]), words[words.index("&&") + 1:]
         assert cwd == sweep.parent  # where the sweep was started
-    assert words[:3] == ["python", "-m", "hpctrain"]
+    # the sweep's interpreter, with the code snapshot of its submission first on PYTHONPATH
+    assert words[words.index("-m") - 1:words.index("-m") + 2] == [sys.executable, "-m", "hpctrain"]
+    (path,) = [w[len("PYTHONPATH="):] for w in words if w.startswith("PYTHONPATH=")]
+    assert str(sweep / ".hpctrain" / "submission-0" / "code") + str(ROOT) in path
     run_dir = tmp_path / "again"
-    run_hpctrain(words[3:] + [f"hydra.run.dir={run_dir}"], cwd=sweep.parent, env=env())
+    proc = subprocess.run(["bash", "-c", f"{best['command']} hydra.run.dir={shlex.quote(str(run_dir))}"],
+                          cwd=sweep.parent, env=hpctrain_env(env()), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     again = json.loads((run_dir / "metrics.json").read_text())
     assert again["status"] == "completed"
     assert again["metrics"]["val/loss"] == pytest.approx(best["value"], rel=1e-5)

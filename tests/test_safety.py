@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,7 @@ def test_shell_metacharacters_are_data_on_slurm(tmp_path):
 
 
 def test_secret_environment_never_reaches_the_sweep_dir(tmp_path):
-    secret = "s3cr3t-value-8d1f"
+    secret = f"s3cr3t-{uuid.uuid4().hex}"  # made here: the code snapshot in the sweep dir holds this file
     sweep = tmp_path / "sweep"
     # also read into the config through an interpolation, as a user wiring a logger would
     run_hpctrain(["-m", "max_steps=5", "+auth=${oc.env:MY_API_TOKEN}", "hydra/launcher=local",

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from rich.markup import escape
 
-from hpctrain import runfiles
+from hpctrain import provenance, runfiles
 from hpctrain.review import fmt, plots
 from hpctrain.review.plots import Curve, read_scalars
 from hpctrain.review.ranking import (Ranking, available_metrics, default_metric, default_mode, markdown, objective,
@@ -73,6 +73,9 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     ranking = rank(records, metric, mode or default_mode(metric, records), last)
     manifest = runfiles.read_manifest(sweep_dir) or {}
     command = reproduce_command(ranking.best.record, manifest.get("app")) if ranking.best else None
+    code: List[str] = []  # the commit(s) the best run's code came from; its command reruns that code
+    if ranking.best and command:
+        command, code = provenance.for_report(sweep_dir, ranking.best.record.idx, command)
 
     con.print(f"[bold]sweep[/] {escape(str(sweep_dir))}  ranked by [bold]{escape(metric)}[/] ({ranking.mode}"
               f"{', the objective' if is_objective else ''})",
@@ -86,6 +89,8 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
                   f" ({'objective, ' if is_objective else ''}{ranking.mode})"
                   f"{'  (' + ranking.best_note + ')' if ranking.best_note else ''}", soft_wrap=True)
         con.print(Text.assemble(("reproduce: ", "bold"), command or ""), soft_wrap=True)
+        for line in code:
+            con.print(Text.assemble(("code: ", "bold"), line), soft_wrap=True)
     failed = [x.record for x in ranking.runs if x.record.state in FAILURES]
     for r in failed[:MAX_ERRORS]:
         lines = [line for line in (r.error or "").splitlines() if line.strip()][-5:]

@@ -36,6 +36,10 @@ class BaseLauncherConf:
     env: Dict[str, str] = field(default_factory=dict)  # variables exported for the job
     python: Optional[str] = None  # interpreter on the compute node; default: this one
     container: ContainerConf = field(default_factory=ContainerConf)
+    # the code every task runs, copied once per submission into the sweep dir (hpctrain/snapshot.py):
+    # false turns it off; `paths` adds files or directories; `max_mb` caps its size. Typed Any so that
+    # both `snapshot=false` and `snapshot.paths=[...]` work; hpctrain.snapshot.read_settings checks it.
+    snapshot: Any = field(default_factory=lambda: {"enabled": True, "paths": [], "max_mb": 50})
 
 
 @dataclass

@@ -18,7 +18,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hpctrain import cluster, record, runfiles
+from hpctrain import cluster, provenance, record, runfiles, snapshot
 from hpctrain.container import check_container, container_command, default_binds
 
 from .plan import Run, exclude_constant_keys, plan_runs
@@ -39,6 +39,8 @@ class BaseLauncher(Launcher):
         self.task_function: Optional[TaskFunction] = None
         self.base = Path(".hpctrain", "submission-0")  # this launch's files, set in launch()
         self.hydra_context: Optional[HydraContext] = None
+        self.code: Optional[snapshot.Snapshot] = None  # the code snapshot: planned in check(), taken once
+        self.record_path: Optional[Path] = None  # this submission's record of what ran (provenance.py)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
@@ -98,6 +100,7 @@ class BaseLauncher(Launcher):
             print(f"runs ({len(todo)} to submit, {len(done)} already completed):")
             for r in todo:
                 print(f"  {r.idx:>4}  {r.run_dir}")
+            self.say_snapshot(dry_run=True)
             print("dry run: nothing submitted")
             return [self._placeholder(r, JobStatus.COMPLETED) for r in runs]
         if not todo:
@@ -107,12 +110,15 @@ class BaseLauncher(Launcher):
         from .job import SweepJob, save_payload
 
         payload = self.base.with_suffix(".pkl")
-        save_payload(payload, self.hydra_context, self.task_function, self.config)
+        context = self.take_snapshot(sweep_dir, [r.idx for r in todo], python)
+        save_payload(payload, context, self.task_function, self.config)
         runfiles.write_json_atomic(payload.with_suffix(".runs.json"), [str(r.run_dir) for r in todo])
         job = SweepJob(str(payload), str(sweep_dir), app)
         self.record_submission(sweep_dir, todo)
         jobs = self.submit(todo, job, python, sweep_dir)
         self.record_job_ids(sweep_dir, {r.idx: str(j.job_id) for r, j in zip(todo, jobs)})
+        if self.record_path is not None:
+            provenance.add_job_ids(self.record_path, [str(j.job_id) for j in jobs])
         return self.finish(todo, jobs, sweep_dir)
 
     def check(self, runs: List[Run], sweep_dir: Path) -> List[str]:
@@ -131,6 +137,7 @@ class BaseLauncher(Launcher):
                 problems.append(f"hydra.launcher.{key}={self.params[key]}: expected an integer >= 0")
         if int(self.params.timeout_min) <= 0:
             problems.append(f"hydra.launcher.timeout_min={self.params.timeout_min}: expected an integer > 0")
+        problems += self.plan_snapshot(sweep_dir)
         validate = getattr(self.task_function, "validate_job", None)
         if validate is not None:
             gpus, tasks = self.gpus_per_node(), self.tasks_per_node()
@@ -158,7 +165,53 @@ class BaseLauncher(Launcher):
 
     def setup_lines(self) -> List[str]:
         lines = [f"export {name}={shlex.quote(str(value))}" for name, value in self.params.env.items()]
-        return lines + list(self.params.setup)
+        return lines + list(self.params.setup) + self.snapshot_lines()
+
+    # ------------------------------------------------------------------ the code snapshot (hpctrain/snapshot.py)
+    def plan_snapshot(self, sweep_dir: Path) -> List[str]:
+        """What the snapshot would copy, and its problems; planned once per process (one per sweep)."""
+        settings, problems = snapshot.read_settings(self.params.snapshot)
+        if settings is not None and self.code is None:
+            code_dir = self.submission_base(sweep_dir) / "code"
+            self.code = snapshot.plan(settings, _cwd(), code_dir, exclude=[sweep_dir])
+        return problems + (self.code.problems if self.code else [])
+
+    def snapshot_lines(self) -> List[str]:
+        """The job script's lines that make its Python import the snapshot first."""
+        if self.code is None:
+            return []
+        c = self.params.container
+        return snapshot.setup_lines(self.code.python_path(_cwd()), c.runtime if c.image else None)
+
+    def say_snapshot(self, dry_run: bool = False, seconds: float = 0.0) -> None:
+        """On stderr, as notes: stdout keeps the dry run's script and run list as they were."""
+        if self.code is None:
+            print("hpctrain: no code snapshot (hydra.launcher.snapshot=false): tasks import the live tree",
+                  file=sys.stderr)
+            return
+        for note in self.code.notes:
+            print(f"hpctrain: {note}", file=sys.stderr)
+        size = sum(self.code.files.values()) / 2**20
+        done = "would copy" if dry_run else f"copied in {seconds:.2f} s"
+        print(f"hpctrain: code snapshot: {len(self.code.files)} files, {size:.1f} MB, {done} to {self.code.code_dir}",
+              file=sys.stderr)
+
+    def take_snapshot(self, sweep_dir: Path, runs: List[int], python: str) -> HydraContext:
+        """Copy the code (once per process) and record what runs; the Hydra context the job composes with."""
+        assert self.hydra_context is not None
+        if self.code is not None and not self.code.taken:
+            try:
+                self.say_snapshot(seconds=self.code.take())
+            except OSError as exc:
+                raise LaunchError(f"nothing submitted: cannot write the code snapshot {self.code.code_dir}: {exc}")
+        elif self.code is None:
+            self.say_snapshot()
+        c = self.params.container
+        repos = self.code.repos if self.code else snapshot.source_repos(_cwd())
+        self.record_path = provenance.write(
+            self.base, sweep_dir, runs=runs, repos=repos, code_dir=self.code.code_dir if self.code else None,
+            python_path=self.code.python_path(_cwd()) if self.code else None, job_python=python, image=c.image)
+        return snapshot.relocate_search_path(self.hydra_context, self.code) if self.code else self.hydra_context
 
     def record_submission(self, sweep_dir: Path, runs: List[Run]) -> None:
         """Before anything starts: this submission's runs in sweep.json and in their event logs."""
@@ -220,6 +273,10 @@ class BaseLauncher(Launcher):
                         task_name=str(self.config.hydra.job.name) if self.config is not None else None)
         ret.working_dir = str(run.run_dir)
         return ret
+
+
+def _cwd() -> Path:
+    return Path(os.path.realpath(os.getcwd()))
 
 
 def _check_writable(sweep_dir: Path) -> List[str]:
