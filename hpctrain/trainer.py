@@ -18,11 +18,12 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from hpctrain import checkpoint, runfiles
+from hpctrain import checkpoint, record, runfiles
 from hpctrain.build import build_data, build_model, build_optimizer
 from hpctrain.distributed import DistInfo
 from hpctrain.metrics import NullLogger, RunLogger, Throughput, peak_flops
 from hpctrain.preemption import PreemptionGuard
+from hpctrain.search import bridge as search_bridge
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ class Trainer:
         self.maybe_resume()
         self.logger = RunLogger(self.run_dir, self.step) if info.is_main else NullLogger()
         self.guard = PreemptionGuard()
+        self.trial = search_bridge.current()  # the search trial this run is, or None
 
     # ------------------------------------------------------------------ setup
     def _wrap(self, model: nn.Module) -> nn.Module:
@@ -288,6 +290,8 @@ class Trainer:
                     self._preempted()
             if cfg.eval_every and self.step % cfg.eval_every == 0 and not last_step:
                 self._log_eval(last)
+                if self._should_prune(last):
+                    return self._pruned(last, started)
             if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and not last_step:
                 self.save_checkpoint()
         self.guard.uninstall()
@@ -306,6 +310,33 @@ class Trainer:
         if val is not None:
             last["val/loss"] = val
             self.logger.scalars({"val/loss": val}, self.step)
+
+    def _should_prune(self, last: Dict[str, float]) -> bool:
+        """A search trial: rank 0 reports the objective and asks the pruner; every rank takes its answer."""
+        if self.trial is None:
+            return False
+        prune = self.trial.should_prune(last.get(self.trial.metric or ""), self.step) if self.info.is_main else False
+        if self.info.enabled:
+            flag = torch.tensor([float(prune)], device=self.device)
+            dist.broadcast(flag, 0)  # one small collective at eval steps of a search only: all ranks stop together
+            prune = bool(flag.item())
+        return prune
+
+    def _pruned(self, last: Dict[str, float], started: float) -> Dict[str, Any]:
+        """Stopped early by the search's pruner: state ``pruned`` (not failed, never retried)."""
+        log.info("pruned at step %d by the search's pruner (%s=%s)", self.step, self.trial.metric,
+                 last.get(self.trial.metric or ""))
+        self.guard.uninstall()
+        if self.info.is_main:
+            record.pruned(self.run_dir, step=self.step, reason="the search's pruner", rank=0)
+        result = {"status": record.State.PRUNED.value, "step": self.step, "max_steps": self.cfg.max_steps,
+                  "metrics": last, "elapsed_s": time.time() - started, "pruned_at": self.step}
+        final = {k: v for k, v in last.items() if not k.startswith("perf/")}
+        self.logger.scalars({"search/pruned": 1.0}, self.step)
+        self.logger.finish(self._hparams(), {f"final/{k.replace('/', '_')}": v for k, v in final.items()})
+        self.logger.progress(**result)
+        self.logger.close()
+        return result
 
     def _preempted(self) -> None:
         log.warning("preemption/timeout signal: checkpointing at step %d, then requeue", self.step)

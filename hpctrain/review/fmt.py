@@ -10,6 +10,7 @@ STATE_STYLE = {
     "running": "cyan",
     "requeued": "magenta",
     "completed": "green",
+    "pruned": "blue",
     "failed": "bold red",
     "timeout": "red",
     "cancelled": "dim",

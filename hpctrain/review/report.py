@@ -15,6 +15,7 @@ from hpctrain.review.ranking import Ranking, available_metrics, default_metric, 
 from hpctrain.review.runs import FAILURES, collect
 from hpctrain.review.status import counts_line
 from hpctrain.review.sweepdir import load_sweep
+from hpctrain.search import review as search_review
 
 CURVE_TAGS = ("train/loss", "val/loss")
 MAX_ERRORS = 10  # failed runs whose error is printed on the terminal (report.md has them all)
@@ -61,14 +62,16 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     tags = set(CURVE_TAGS) | ({metric} if metric else set())
     curves = {r.idx: read_scalars(r.run_dir, tags) for r in records}
     last = {idx: {tag: pts[-1][1] for tag, pts in c.items() if pts} for idx, c in curves.items()}
-    metric = metric or default_metric(records, last)
+    manifest = runfiles.read_manifest(sweep_dir) or {}
+    search_metric, search_mode = search_review.ranking_metric(manifest)  # a search: ranked by its objective
+    metric = metric or search_metric or default_metric(records, last)
+    mode = mode or (search_mode if metric == search_metric else None)
     have = available_metrics(records, last)
     if metric not in have:
         hint = f"available: {', '.join(have)}" if have else "no run has any metric yet: see `hpctrain status`"
         print(f"hpctrain report: error: no run of {sweep_dir} has the metric {metric!r} ({hint})", file=sys.stderr)
         return 2
     ranking = rank(records, metric, mode or default_mode(metric), last)
-    manifest = runfiles.read_manifest(sweep_dir) or {}
     command = reproduce_command(ranking.best.record, manifest.get("app")) if ranking.best else None
 
     con.print(f"[bold]sweep[/] {escape(str(sweep_dir))}  ranked by [bold]{escape(metric)}[/] ({ranking.mode})",
@@ -95,6 +98,11 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
 
     try:
         images = _plots(ranking, curves, swept, sweep_dir)
+        if search_metric is not None:
+            points = [(x.record.idx, x.value, x.record.state) for x in ranking.runs if x.value is not None]
+            if points:
+                images.append(search_review.history_plot(points, metric, ranking.mode,
+                                                         sweep_dir / "optimisation_history.png"))
         table = report_files.rows(ranking, swept)
         report_files.write_csv(sweep_dir / "results.csv", table)
         report_files.write_json(sweep_dir / "results.json", ranking, sweep_dir, snap.counts(), command, images)

@@ -13,9 +13,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from hpctrain import runfiles
 from hpctrain.review import jobs, queue
+from hpctrain.search import review as search_review
 from hpctrain.review.sweepdir import RunSpec, Sweep
 
-STATES = ("pending", "running", "requeued", "completed", "failed", "timeout", "cancelled")
+STATES = ("pending", "running", "requeued", "completed", "pruned", "failed", "timeout", "cancelled")
 ACTIVE = ("pending", "running", "requeued")
 FAILURES = ("failed", "timeout")
 LAUNCHER_QUIET_S = 60.0  # a local sweep that wrote nothing for this long, with no run alive, has no launcher
@@ -44,6 +45,7 @@ class RunRecord:
     log: Optional[str] = None
     error: Optional[str] = None  # the traceback tail of a failed run
     metrics: Dict[str, Any] = field(default_factory=dict)
+    objective: Optional[float] = None  # a search trial's objective (hpctrain.search.review.objective)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -98,8 +100,8 @@ class _Judge:
 
     def state(self, spec: RunSpec, metrics: Dict[str, Any], att: "Attempts") -> Tuple[str, str]:
         status = metrics.get("status")
-        if status == runfiles.COMPLETED:
-            return "completed", ""
+        if status in (runfiles.COMPLETED, "pruned"):  # final; pruned: a search trial stopped early
+            return status, ""
         job_id = spec.job_id
         if job_id and att.any_events and att.starts == 0:
             status = None  # the current job never started: metrics.json is from an earlier submission
@@ -202,6 +204,7 @@ def _record(sweep: Sweep, spec: RunSpec, metrics: Dict[str, Any], events: List[D
         elapsed_s=_elapsed(metrics, state, now),
         restarts=max(0, att.starts - 1),
         metrics=dict(values),
+        objective=search_review.objective(metrics, sweep.objective_metric),
     )
     if spec.job_id:
         err = jobs.log_path(sweep.submitit_folder, spec.job_id, "err")

@@ -19,15 +19,18 @@ MAX_NOTES = 20  # lines about failed or cancelled runs under the table
 
 def print_table(snap: Snapshot, con: Any) -> None:
     fancy = fmt.unicode_ok(con)
-    headers = ["#", ", ".join(snap.sweep.swept) or "overrides", "state", "progress", "loss", "elapsed", "restarts",
-               "log"]
+    search = snap.sweep.objective_metric  # a search sweep: "#" is the trial number, and its objective shows
+    extra = [search] if search else []
+    headers = ["trial" if search else "#", ", ".join(snap.sweep.swept) or "overrides", "state", "progress", "loss",
+               *extra, "elapsed", "restarts", "log"]
     rows, styles = [], []
     for r in snap.runs:
         values = " ".join(f"{k}={v}" for k, v in r.values.items()) or " ".join(r.overrides) or "(defaults)"
         rows.append([str(r.idx), values, r.state, fmt.bar(r.step, r.max_steps, fancy=fancy), fmt.number(r.loss),
+                     *([fmt.number(r.objective)] if search else []),
                      fmt.duration(r.elapsed_s), str(r.restarts), fmt.short_path(r.log)])
-        styles.append([None, None, fmt.STATE_STYLE.get(r.state), None, None, None, None, None])
-    fmt.table(con, headers, rows, right=(0, 4, 5, 6), styles=styles)
+        styles.append([None, None, fmt.STATE_STYLE.get(r.state)] + [None] * (len(headers) - 3))
+    fmt.table(con, headers, rows, right=tuple(range(4, len(headers) - 1)) + (0,), styles=styles)
 
 
 def counts_line(snap: Snapshot) -> str:
