@@ -22,8 +22,8 @@ class TrialBridge:
     def should_prune(self, value: Optional[float], step: int) -> bool:
         """Rank 0: report ``value`` at ``step`` and ask the study's pruner. Other ranks: False (they take
         rank 0's answer from the trainer's broadcast)."""
-        if self.trial is None or value is None or value != value:  # NaN is not reported
-            return False
+        if self.trial is None or value is None:
+            return False  # NaN is reported: Optuna's median/percentile pruners stop a trial that diverged
         self.trial.report(float(value), step)
         prune = bool(self.trial.should_prune())
         if prune:

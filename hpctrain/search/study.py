@@ -272,7 +272,11 @@ def tell(study: optuna.Study, number: int, state: TrialState, value: Optional[fl
             study.tell(number, value)
         else:
             study.tell(number, state=state)
-    except (ValueError, RuntimeError):
+    except RuntimeError as exc:
+        # GridSampler.after_trial calls study.stop() once the grid is used up, which raises outside
+        # study.optimize; the state was stored before that (Optuna stores it in a `finally`)
+        return "Study.stop" in str(exc)
+    except ValueError:
         return False
     return True
 
