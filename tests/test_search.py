@@ -49,6 +49,13 @@ def run_dir_of(sweep: Path, number: int) -> Path:
     return d
 
 
+def owner_step(sweep: Path, owner: str) -> int:
+    """The step of the trial a worker is running now (0 before it has one)."""
+    lease = lease_of(sweep, owner)
+    found = [p for p in trial_dirs(sweep) if lease and p.name.startswith(f"trial-{lease['number']:03d}")]
+    return int(metrics(found[0]).get("step") or 0) if found else 0
+
+
 def search(sweep: Path, *extra: str, launcher: str = "slurm") -> List[str]:
     return ["-m", "hydra/sweeper=search", f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}", *extra]
 
@@ -177,8 +184,7 @@ def test_preempted_worker_resumes_its_own_trial_and_the_study_ends_at_twelve(tmp
     job = job_id(sweep)
     try:
         owner = f"{job}_1"
-        wait_for(lambda: lease_of(sweep, owner) and metrics(run_dir_of(sweep, lease_of(sweep, owner)["number"]))
-                 .get("step", 0) >= 60, 240, "worker 1 to be under way with a trial")
+        wait_for(lambda: owner_step(sweep, owner) >= 60, 240, "worker 1 to be under way with a trial")
         number = lease_of(sweep, owner)["number"]
         run_dir = run_dir_of(sweep, number)
         subprocess.run(["scancel", "--signal=USR2", owner], check=True)
@@ -207,8 +213,7 @@ def test_sigkilled_worker_then_the_same_command_again_ends_at_exactly_n_trials(t
     job = job_id(sweep)
     try:
         owner = f"{job}_2"
-        wait_for(lambda: lease_of(sweep, owner) and metrics(run_dir_of(sweep, lease_of(sweep, owner)["number"]))
-                 .get("step", 0) >= 60, 240, "worker 2 to be under way with a trial")
+        wait_for(lambda: owner_step(sweep, owner) >= 60, 240, "worker 2 to be under way with a trial")
         number = lease_of(sweep, owner)["number"]
         subprocess.run(["scancel", "--signal=KILL", owner], check=True)  # no warning, no checkpoint call
         wait_for(lambda: not queued(job), 600, "the first workers to end")

@@ -65,7 +65,7 @@ class SearchWorker:
             if a is None:
                 break
             print(f"hpctrain search: worker {worker} ({me}): trial {a.number} ({a.how}) {a.params}", flush=True)
-            state, value = self._run(a, me, study)
+            state, value = self._run(a, me, study, seq)
             done.append({"trial": a.number, "state": state, "value": value})
         print(f"hpctrain search: worker {worker} ({me}): no trial left; ran {len(done)}", flush=True)
         return {"worker": worker, "trials": done}
@@ -89,14 +89,15 @@ class SearchWorker:
             if msg.get("stop"):
                 return {"rank": env.global_rank, "trials": ran}
             a = studies.Assignment(int(msg["number"]), int(msg["trial_id"]), dict(msg["params"]), str(msg["how"]))
-            self._run(a, me, None)
+            self._run(a, me, None, last)
             ran += 1
 
     # ------------------------------------------------------------------ one trial
-    def _run(self, a: studies.Assignment, me: str, study: Any) -> "tuple[str, Optional[float]]":
+    def _run(self, a: studies.Assignment, me: str, study: Any, seq: int) -> "tuple[str, Optional[float]]":
         """Run one trial on this rank; on rank 0 (``study`` given) record and tell how it ended."""
         import optuna
 
+        _fresh_rendezvous_port(seq)
         s, sweep = self.settings, self.sweep_dir
         overrides = s.space.overrides(a.params)
         dirname = trial_dirname(a.number, a.params)
@@ -201,6 +202,16 @@ def objective_value(result: Any, run_dir: Path, metric: Optional[str]) -> Option
         if isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(float(c)):
             return float(c)
     return None
+
+
+def _fresh_rendezvous_port(seq: int) -> None:
+    """Every trial of this task after the first rendezvous on a port of its own (the ranks agree on ``seq``):
+    a second ``init_process_group`` on the first trial's port, in the same processes, was seen to hang
+    (gloo: "Timed out waiting 600000ms for send operation to complete")."""
+    if "MASTER_PORT" not in os.environ:
+        return  # the first trial: the trainer exports submitit's port (derived from the job id)
+    base = int(os.environ.setdefault("HPCTRAIN_BASE_MASTER_PORT", os.environ["MASTER_PORT"]))
+    os.environ["MASTER_PORT"] = str(20000 + (base - 20000 + seq) % 40000)
 
 
 def _attempt() -> str:
