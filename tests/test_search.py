@@ -184,7 +184,7 @@ def test_preempted_worker_resumes_its_own_trial_and_the_study_ends_at_twelve(tmp
     job = job_id(sweep)
     try:
         owner = f"{job}_1"
-        wait_for(lambda: owner_step(sweep, owner) >= 60, 240, "worker 1 to be under way with a trial")
+        wait_for(lambda: owner_step(sweep, owner) >= 60, 900, "worker 1 to be under way with a trial")
         number = lease_of(sweep, owner)["number"]
         run_dir = run_dir_of(sweep, number)
         subprocess.run(["scancel", "--signal=USR2", owner], check=True)
@@ -213,7 +213,7 @@ def test_sigkilled_worker_then_the_same_command_again_ends_at_exactly_n_trials(t
     job = job_id(sweep)
     try:
         owner = f"{job}_2"
-        wait_for(lambda: owner_step(sweep, owner) >= 60, 240, "worker 2 to be under way with a trial")
+        wait_for(lambda: owner_step(sweep, owner) >= 60, 900, "worker 2 to be under way with a trial")
         number = lease_of(sweep, owner)["number"]
         subprocess.run(["scancel", "--signal=KILL", owner], check=True)  # no warning, no checkpoint call
         wait_for(lambda: not queued(job), 600, "the first workers to end")
@@ -250,3 +250,14 @@ def test_a_clearly_bad_trial_is_pruned_early_under_median(tmp_path, slurm_cluste
     assert "pruned" in record_kinds(run_dir) and "failed" not in record_kinds(run_dir)
     status = json.loads(run_hpctrain(["status", str(sweep), "--json"], cwd=tmp_path).stdout)
     assert {r["idx"]: r["state"] for r in status["runs"]}[found[10].number] == "pruned"
+
+
+def test_local_study_with_two_ranks_per_worker_runs_trial_after_trial(tmp_path):
+    """Each trial of a worker is a new process group of its ranks: a port of its own, no hang."""
+    sweep = tmp_path / "sweep"
+    run_hpctrain(search(sweep, "lr=tag(log,interval(1e-4,1e-1))", "hydra.sweeper.n_trials=3", "hydra.sweeper.pruner=none",
+                        "hydra.launcher.tasks_per_node=2", "hydra.launcher.max_parallel=1", *TINY, launcher="local"),
+                 cwd=tmp_path, timeout=600)
+    found = trials(sweep)
+    assert [t.state.name for t in found] == ["COMPLETE"] * 3
+    assert all(metrics(run_dir_of(sweep, t.number))["world_size"] == 2 for t in found)

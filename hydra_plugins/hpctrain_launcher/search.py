@@ -211,24 +211,20 @@ class SearchSweeper(Sweeper):
     def _check_app(self, space: Space, sweep_dir: Path) -> "tuple[Optional[Run], List[str]]":
         """The keys exist in the app's config and one trial's config passes the launcher's checks."""
         assert self.hydra_context is not None and self.config is not None
-        base, errors = plan_runs(self.hydra_context, self.config, [list(space.fixed)], 0)
-        if errors:
-            return None, [e.replace("run 0 ", "fixed overrides ", 1) for e in errors]
-        cfg = base[0].cfg
-        problems = []
-        for p in space.params:
-            if not p.key.startswith("+") and OmegaConf.select(cfg, p.name, default=_ABSENT) is _ABSENT:
-                problems.append(f"{p.text}: unknown key {p.name!r} (not in the app's config; "
-                                f"add a new key with +{p.name}=...)")
-        if problems:
-            return None, problems
         first = {p.name: (p.choices[0] if p.choices else (int(p.low) if p.kind == "int" else p.low))
                  for p in space.params}
-        runs, errors = plan_runs(self.hydra_context, self.config, [space.overrides(first)], 0)
-        if errors:
-            return None, [e.replace("run 0 ", "a trial ", 1) for e in errors]
-        problems = [p.replace("run 0 ", "a trial ", 1) for p in self.launcher.check(runs, sweep_dir)]
-        return runs[0], problems
+        runs, errors = plan_runs(self.hydra_context, self.config, [space.overrides(first)], 0)  # one composition
+        if not errors:
+            problems = [p.replace("run 0 ", "a trial ", 1) for p in self.launcher.check(runs, sweep_dir)]
+            return runs[0], problems
+        # only on bad input: compose the fixed overrides alone to name the unknown keys
+        base, fixed_errors = plan_runs(self.hydra_context, self.config, [list(space.fixed)], 0)
+        if fixed_errors:
+            return None, [e.replace("run 0 ", "fixed overrides ", 1) for e in fixed_errors]
+        unknown = [f"{p.text}: unknown key {p.name!r} (not in the app's config; add a new key with +{p.name}=...)"
+                   for p in space.params
+                   if not p.key.startswith("+") and OmegaConf.select(base[0].cfg, p.name, default=_ABSENT) is _ABSENT]
+        return None, unknown or [e.replace("run 0 ", "a trial ", 1) for e in errors]
 
     def _objective(self, sample: Optional[Run]) -> "tuple[Optional[str], str]":
         """``objective.metric`` and ``objective.mode`` from the app's config (hpctrain's: val/loss, min);
