@@ -150,6 +150,14 @@ def part_d(tmp: Path, hydra_python: Optional[str]) -> None:
     spans = [(t.datetime_start.timestamp(), t.datetime_complete.timestamp()) for t in load_trials(sweep)
              if t.datetime_complete is not None]
     share, span = busy_share(spans, 4)
+    by_worker: Dict[str, List[Tuple[float, float]]] = {}
+    for t in load_trials(sweep):
+        lease = json.loads((sweep / ".hpctrain" / "trials" / f"{t.number}.json").read_text())
+        if t.datetime_complete is not None:
+            by_worker.setdefault(lease["owner"], []).append((t.datetime_start.timestamp(),
+                                                             t.datetime_complete.timestamp()))
+    own = statistics.mean(busy_share(v, 1)[0] for v in by_worker.values())
+    print(f"(d) hpctrain: each worker busy {100 * own:.1f} % of its own span (first trial start to last trial end)")
     print(f"(d) hpctrain: {len(spans)} trials, {wall:.1f} s wall, {100 * share:.0f} % of the 4 slots busy between "
           f"the first trial's start and the last one's end ({span:.1f} s); login-node command gone after {took:.2f} s")
     if hydra_python:
