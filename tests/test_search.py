@@ -117,6 +117,16 @@ def test_empty_choice_on_the_command_line_is_refused_by_hydras_parser(tmp_path, 
     assert not sweep.exists()
 
 
+@pytest.mark.slurm
+def test_a_sweep_file_with_a_command_line_key_and_dry_run(tmp_path, slurm_cluster):
+    sweep = tmp_path / "sweep"
+    proc = run_hpctrain(search(sweep, "+sweep=lr_search", "lr=interval(1e-4,1e-2)", "hydra.sweeper.n_trials=8",
+                               "hydra.launcher.dry_run=true"), cwd=tmp_path, timeout=120)
+    assert "#SBATCH --array=0-3%4" in proc.stdout  # ONE array of n_workers worker tasks
+    assert "search: 8 trials, 4 worker(s), sampler=tpe, pruner=median, objective val/loss (minimize)" in proc.stdout
+    assert "dry run: nothing submitted" in proc.stdout and not sweep.exists()
+
+
 # ---------------------------------------------------------------- on this machine
 def test_local_study_runs_max_parallel_workers_and_reports(tmp_path):
     sweep = tmp_path / "sweep"
