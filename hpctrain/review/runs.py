@@ -102,6 +102,8 @@ class _Judge:
         status = metrics.get("status")
         if status in (runfiles.COMPLETED, "pruned"):  # final; pruned: a search trial stopped early
             return status, ""
+        if self.sweep.search and status == runfiles.FAILED:
+            return "failed", ""  # a search trial: its worker (still in the queue) has moved on to the next trial
         job_id = spec.job_id
         if job_id and att.any_events and att.starts == 0:
             status = None  # the current job never started: metrics.json is from an earlier submission
