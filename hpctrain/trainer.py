@@ -27,6 +27,7 @@ from hpctrain.distributed import DistInfo, allow_tf32
 from hpctrain.metrics import NullLogger, RunLogger, Throughput, peak_flops
 from hpctrain.model_outputs import ModelOutputError, logits_of, loss_of
 from hpctrain.preemption import PreemptionGuard
+from hpctrain.search import bridge as search_bridge
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ class Trainer:
         self.maybe_resume()
         self.logger = RunLogger(self.run_dir, self.step) if info.is_main else NullLogger()
         self.guard = PreemptionGuard()
+        self.trial = search_bridge.current()  # the search trial this run is, or None
 
     # ------------------------------------------------------------------ setup
     def _wrap(self, model: nn.Module) -> nn.Module:
@@ -329,6 +331,8 @@ class Trainer:
             if cfg.eval_every and self.step % cfg.eval_every == 0 and not last_step:
                 with meter.paused():  # not training time: left out of tokens/s and MFU
                     self._log_eval(last)
+                if self._should_prune(last):
+                    return self._pruned(last, started)
             if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and not last_step:
                 with meter.paused():
                     self.save_checkpoint()
@@ -349,6 +353,35 @@ class Trainer:
         if val:
             last.update(val)
             self.logger.scalars(val, self.step)
+
+    def _should_prune(self, last: Dict[str, float]) -> bool:
+        """A search trial: rank 0 reports the objective and asks the pruner; every rank takes its answer."""
+        if self.trial is None:
+            return False
+        prune = self.trial.should_prune(last.get(self.trial.metric or ""), self.step) if self.info.is_main else False
+        if self.info.enabled:
+            flag = torch.tensor([float(prune)], device=self.device)
+            dist.broadcast(flag, 0)  # one small collective at eval steps of a search only: all ranks stop together
+            prune = bool(flag.item())
+        return prune
+
+    def _pruned(self, last: Dict[str, float], started: float) -> Dict[str, Any]:
+        """Stopped early by the search's pruner: state ``pruned`` (not failed, never retried)."""
+        log.info("pruned at step %d by the search's pruner (%s=%s)", self.step, self.trial.metric,
+                 last.get(self.trial.metric or ""))
+        self.guard.uninstall()
+        if self.info.is_main:
+            record.pruned(self.run_dir, step=self.step, reason="the search's pruner", rank=0)
+        objective = {"metric": self.cfg.objective.metric, "mode": self.cfg.objective.mode,
+                     "value": last.get(self.cfg.objective.metric)}
+        result = {"status": record.State.PRUNED.value, "step": self.step, "max_steps": self.cfg.max_steps,
+                  "metrics": last, "objective": objective, "elapsed_s": time.time() - started,
+                  "pruned_at": self.step}
+        self.logger.scalars({"search/pruned": 1.0}, self.step)
+        self.logger.finish(self._hparams_summaries(last))
+        self.logger.progress(**result)
+        self.logger.close()
+        return result
 
     def _preempted(self) -> None:
         log.warning("preemption/timeout signal: checkpointing at step %d, then requeue", self.step)

@@ -11,10 +11,10 @@ STATE_STYLE = {
     "requeued": "magenta",
     "retrying": "magenta",
     "completed": "green",
+    "pruned": "blue",
     "failed": "bold red",
     "timeout": "red",
     "cancelled": "dim",
-    "pruned": "blue",
 }
 
 

@@ -16,6 +16,7 @@ from hpctrain.review.ranking import (Ranking, available_metrics, default_metric,
 from hpctrain.review.runs import FAILURES, collect
 from hpctrain.review.status import counts_line
 from hpctrain.review.sweep import load_sweep
+from hpctrain.search import review as search_review
 
 CURVE_TAGS = ("train/loss", "val/loss")
 MAX_ERRORS = 10  # failed runs whose error is printed on the terminal (report.md has them all)
@@ -62,7 +63,10 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     tags = set(CURVE_TAGS) | ({metric} if metric else set())
     curves = {r.idx: read_scalars(r.run_dir, tags) for r in records}
     last = {idx: {tag: pts[-1][1] for tag, pts in c.items() if pts} for idx, c in curves.items()}
-    metric = metric or default_metric(records, last)
+    manifest = runfiles.read_manifest(sweep_dir) or {}
+    search_metric, search_mode = search_review.ranking_metric(manifest)  # a search: ranked by its objective
+    metric = metric or search_metric or default_metric(records, last)
+    mode = mode or (search_mode if metric == search_metric else None)
     have = available_metrics(records, last)
     if metric not in have:
         hint = f"available: {', '.join(have)}" if have else "no run has any metric yet: see `hpctrain status`"
@@ -105,6 +109,11 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
 
     try:
         images = _plots(ranking, curves, swept, sweep_dir)
+        if snap.sweep.search is not None:  # each trial's objective and the best so far
+            points = [(x.record.idx, x.value, x.record.state) for x in ranking.runs if x.value is not None]
+            if points:
+                images.append(search_review.history_plot(points, metric, ranking.mode,
+                                                         sweep_dir / "optimisation_history.png"))
         write_csv(sweep_dir / "results.csv", result_rows(ranking, swept))
         write_json(sweep_dir / "results.json", ranking, sweep_dir, snap.counts(), command, images)
         runfiles.write_text_atomic(sweep_dir / "report.md", markdown(

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from hpctrain import cluster, record, runfiles
 from hpctrain.record import State
 from hpctrain.review import jobs
+from hpctrain.search import review as search_review
 from hpctrain.review.sweep import RunSpec, Sweep
 
 STATES = tuple(s.value for s in State)
@@ -178,6 +179,12 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: record.RunSta
     values = summary.get("metrics") or {}
     loss = values.get("train/loss")
     objective = summary.get("objective")
+    if sweep.search is not None:  # a search trial: ranked by the study's objective, as its worker told it
+        metric = sweep.objective_metric
+        objective = {"metric": metric, "mode": "max" if sweep.search.get("direction") == "maximize" else "min"}
+        told = search_review.objective(summary, metric)
+        if told is not None and metric not in values:
+            values = {**values, metric: told}
     row = RunRecord(
         idx=spec.idx, name=spec.name, values=sweep.values(spec), overrides=spec.overrides,
         run_dir=str(spec.run_dir) if spec.run_dir else None, job_id=spec.job_id or rs.job_id, state=state, note=note,

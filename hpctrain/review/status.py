@@ -22,7 +22,7 @@ def print_table(snap: Snapshot, con: Any) -> None:
     fancy = fmt.unicode_ok(con)
     objective = snap.objective()
     metric = str(objective["metric"]) if objective and objective.get("metric") != "train/loss" else None
-    headers = ["#", ", ".join(snap.sweep.swept) or "overrides", "state", "progress", "loss"]
+    headers = ["trial" if snap.sweep.search is not None else "#", ", ".join(snap.sweep.swept) or "overrides", "state", "progress", "loss"]
     headers += [f"{metric} ({objective.get('mode', 'min')})"] if metric else []
     headers += ["elapsed", "restarts", "log"]
     rows, styles = [], []

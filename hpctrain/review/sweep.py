@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from hpctrain import record, runfiles
+from hpctrain.search import review as search_review
 
 
 MULTIRUN_YAML = "multirun.yaml"
@@ -41,6 +42,17 @@ class Sweep:
     has_manifest: bool = True
     launcher_pid: Optional[int] = None  # the local launcher's process, as its manifest records it
     swept: List[str] = field(default_factory=list)  # override keys whose values differ between runs
+    search: Optional[Dict[str, Any]] = None  # a search sweep's settings (sweep.json "search"); runs are trials
+
+    @property
+    def objective_metric(self) -> Optional[str]:
+        """A search sweep's objective: its metric, or ``value`` (the task function's return value)."""
+        return (self.search or {}).get("metric") or ("value" if self.search else None)
+    search: Optional[Dict[str, Any]] = None  # a search sweep's settings (sweep.json "search"); runs are trials
+
+    @property
+    def objective_metric(self) -> Optional[str]:
+        return (self.search or {}).get("metric") or ("value" if self.search else None)
 
     def values(self, run: RunSpec) -> Dict[str, str]:
         """The run's swept values, ``{"lr": "0.001"}``."""
@@ -125,7 +137,8 @@ def _from_manifest(sweep_dir: Path, manifest: Dict) -> Sweep:
     if not folder.is_dir() and (sweep_dir / runfiles.SUBMITIT_DIR).is_dir():
         folder = sweep_dir / runfiles.SUBMITIT_DIR  # the sweep dir was moved or copied
     return Sweep(dir=sweep_dir, launcher=str(manifest.get("launcher") or "unknown"), submitit_folder=folder,
-                 runs=runs, has_manifest=True, launcher_pid=manifest.get("launcher_pid"))
+                 runs=runs, has_manifest=True, launcher_pid=manifest.get("launcher_pid"),
+                 search=search_review.settings(manifest))
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -1,0 +1,45 @@
+"""The trainer's view of the trial it runs: report the objective at each eval, ask whether to stop.
+
+The search worker installs a :class:`TrialBridge` around a trial (:func:`activate`); the trainer finds
+it with :func:`current` (``None`` outside a search). Only rank 0 holds the Optuna trial and asks the
+pruner; the trainer broadcasts its answer so every rank stops at the same step. No torch, no optuna
+import here.
+"""
+
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
+
+_current: Optional["TrialBridge"] = None
+
+
+class TrialBridge:
+    def __init__(self, number: int, metric: Optional[str], trial: Any = None) -> None:
+        self.number = number
+        self.metric = metric  # the objective's metric name (``val/loss``); None: the return value only
+        self.trial = trial  # optuna.Trial on rank 0, None on the other ranks
+        self.pruned_at: Optional[int] = None
+
+    def should_prune(self, value: Optional[float], step: int) -> bool:
+        """Rank 0: report ``value`` at ``step`` and ask the study's pruner. Other ranks: False (they take
+        rank 0's answer from the trainer's broadcast)."""
+        if self.trial is None or value is None:
+            return False  # NaN is reported: Optuna's median/percentile pruners stop a trial that diverged
+        self.trial.report(float(value), step)
+        prune = bool(self.trial.should_prune())
+        if prune:
+            self.pruned_at = step
+        return prune
+
+
+def current() -> Optional[TrialBridge]:
+    return _current
+
+
+@contextmanager
+def activate(bridge: TrialBridge) -> Iterator[TrialBridge]:
+    global _current
+    previous, _current = _current, bridge
+    try:
+        yield bridge
+    finally:
+        _current = previous

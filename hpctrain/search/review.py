@@ -1,0 +1,66 @@
+"""What ``status`` and ``report`` need to know about a search sweep, from the sweep dir's own files.
+
+No optuna and no torch: the trials are runs of the sweep (sweep.json lists them by trial number, their
+metrics.json holds the state and the objective); the search settings are in sweep.json's ``search``.
+"""
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+PRUNED = "pruned"
+
+
+def settings(manifest: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """``{"metric": "val/loss", "direction": "minimize", ...}`` for a search sweep, else None."""
+    found = (manifest or {}).get("search")
+    return found if isinstance(found, dict) else None
+
+
+def ranking_metric(manifest: Optional[Dict[str, Any]]) -> Tuple[Optional[str], Optional[str]]:
+    """The metric and mode ``report`` ranks a search sweep by: its objective (``value``: the return value)."""
+    s = settings(manifest)
+    if s is None:
+        return None, None
+    return (s.get("metric") or "value"), ("max" if s.get("direction") == "maximize" else "min")
+
+
+def objective(metrics_json: Dict[str, Any], metric: Optional[str] = None) -> Optional[float]:
+    """A trial's objective: what its worker told the study, else the latest value of ``metric``."""
+    told = metrics_json.get("objective")
+    if isinstance(told, dict) and isinstance(told.get("value"), (int, float)):
+        return float(told["value"])
+    value = (metrics_json.get("metrics") or {}).get(metric or "")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def history_plot(points: List[Tuple[int, float, str]], metric: str, mode: str, path: Path) -> Path:
+    """The optimisation history: each trial's objective by trial number (pruned ones hollow), and the best
+    so far as a step line. ``points``: (trial number, objective, state)."""
+    from hpctrain.review import plots
+
+    plt = plots._plt()
+    fig, ax = plt.subplots(figsize=plots.SIZE_IN, dpi=plots.DPI)
+    points = sorted(points)
+    done = [(n, v) for n, v, s in points if s != PRUNED]
+    pruned = [(n, v) for n, v, s in points if s == PRUNED]
+    if done:
+        ax.scatter([n for n, _ in done], [v for _, v in done], color="tab:blue", label="trial", zorder=3)
+    if pruned:
+        ax.scatter([n for n, _ in pruned], [v for _, v in pruned], facecolors="none", edgecolors="tab:gray",
+                   label="pruned (value when stopped)", zorder=3)
+    best, xs, ys = None, [], []
+    for n, v in done:
+        best = v if best is None or (v < best if mode == "min" else v > best) else best
+        xs.append(n)
+        ys.append(best)
+    if xs:
+        ax.step(xs, ys, where="post", color="tab:red", label="best so far")
+    values = [v for _, v, _ in points]
+    if plots.spans_decades(values):
+        ax.set_yscale("log")
+    ax.set_xlabel("trial")
+    ax.set_ylabel(metric)
+    ax.set_title(f"optimisation history ({len(points)} trials, {mode} {metric})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="best")
+    return plots._save(fig, plt, path)

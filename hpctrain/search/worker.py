@@ -1,0 +1,243 @@
+"""A search worker: one task of the sweep's job array, running trial after trial until the study is done.
+
+Rank 0 (the leader) decides each trial under the study's lock (:func:`hpctrain.search.study.next_trial`),
+announces it to the other ranks of its task (``<sweep>/.hpctrain/workers/<job id>.json``), runs it as a
+run dir of the sweep with Hydra's ``run_job`` (as the launcher's job wrapper runs a sweep point), and
+tells the study the objective. The other ranks run the same trial, the trainer's collectives keeping
+them in step. It is a submitit checkpointable: on preemption or time limit the trainer checkpoints,
+the task is requeued, and the leader takes back the same trial (its lease names this task) before
+asking for another.
+"""
+
+import math
+import os
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import cloudpickle
+import submitit
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobStatus, run_job, setup_globals
+from omegaconf import OmegaConf, open_dict
+
+from hpctrain import record, runfiles
+from hpctrain.search import study as studies
+from hpctrain.search.bridge import TrialBridge, activate
+from hpctrain.search.space import trial_dirname
+
+POLL_S = 0.2
+_running: Dict[str, Any] = {}  # this process's current trial (run dir), for checkpoint()
+
+
+class SearchWorker:
+    def __init__(self, payload: str, sweep_dir: str, settings: studies.Settings) -> None:
+        self.payload = payload
+        self.sweep_dir = sweep_dir
+        self.settings = settings
+
+    def __call__(self, worker: int, fixed: List[str]) -> Dict[str, Any]:
+        env = submitit.JobEnvironment()
+        with open(self.payload, "rb") as f:
+            self.hydra_context, self.task_function, self.config, singleton_state = cloudpickle.load(f)
+        Singleton.set_state(singleton_state)
+        setup_globals()
+        if env.global_rank == 0:
+            return self._lead(env, worker)
+        return self._follow(env)
+
+    # ------------------------------------------------------------------ rank 0
+    def _lead(self, env: submitit.JobEnvironment, worker: int) -> Dict[str, Any]:
+        me = str(env.job_id)
+        sweep = self.sweep_dir
+        study = studies.open_study(sweep, self.settings, worker)
+        owner = {"slurm_job_id": me if os.environ.get("SLURM_JOB_ID") else None, "worker": worker}
+        done: List[Dict[str, Any]] = []
+        seq = 0
+        while True:
+            with studies.trials_lock(sweep):
+                a = studies.next_trial(study, self.settings, sweep, me, owner)
+            seq += 1
+            self._announce(me, seq, a)
+            if a is None:
+                break
+            print(f"hpctrain search: worker {worker} ({me}): trial {a.number} ({a.how}) {a.params}", flush=True)
+            state, value = self._run(a, me, study, seq)
+            done.append({"trial": a.number, "state": state, "value": value})
+        print(f"hpctrain search: worker {worker} ({me}): no trial left; ran {len(done)}", flush=True)
+        return {"worker": worker, "trials": done}
+
+    def _announce(self, me: str, seq: int, a: Optional[studies.Assignment]) -> None:
+        """Tell this task's other ranks which trial comes next (or that none does)."""
+        msg = {"attempt": _attempt(), "seq": seq, "stop": a is None}
+        if a is not None:
+            msg.update(number=a.number, trial_id=a.trial_id, params=a.params, how=a.how)
+        runfiles.write_json_atomic(_announce_path(self.sweep_dir, me), msg)
+
+    # ------------------------------------------------------------------ other ranks
+    def _follow(self, env: submitit.JobEnvironment) -> Dict[str, Any]:
+        me, last, ran = str(env.job_id), 0, 0
+        while True:
+            msg = runfiles.read_json(_announce_path(self.sweep_dir, me))
+            if not msg or msg.get("attempt") != _attempt() or int(msg.get("seq", 0)) <= last:
+                time.sleep(POLL_S)
+                continue
+            last = int(msg["seq"])
+            if msg.get("stop"):
+                return {"rank": env.global_rank, "trials": ran}
+            a = studies.Assignment(int(msg["number"]), int(msg["trial_id"]), dict(msg["params"]), str(msg["how"]))
+            self._run(a, me, None, last)
+            ran += 1
+
+    # ------------------------------------------------------------------ one trial
+    def _run(self, a: studies.Assignment, me: str, study: Any, seq: int) -> "tuple[str, Optional[float]]":
+        """Run one trial on this rank; on rank 0 (``study`` given) record and tell how it ended."""
+        import optuna
+
+        _fresh_rendezvous_port(seq)
+        s, sweep = self.settings, self.sweep_dir
+        overrides = s.space.overrides(a.params)
+        dirname = trial_dirname(a.number, a.params)
+        run_dir = Path(sweep) / dirname
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(config):
+            config.hydra.sweep.subdir = dirname
+            config.hydra.job.num = a.number
+            config.hydra.job.id = f"{me}_trial{a.number}"
+        HydraConfig.instance().set_config(config)
+        lead = study is not None
+        if lead:
+            self._register(a, dirname, overrides, me, OmegaConf.select(config, "max_steps", default=None))
+        trial = optuna.Trial(study, a.trial_id) if lead else None
+        beat = _Heartbeat(studies.alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
+        _running["run_dir"] = run_dir
+        bridge = TrialBridge(a.number, s.metric, trial)
+        try:
+            with activate(bridge):
+                ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
+                              job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        finally:
+            _running.pop("run_dir", None)
+            if beat is not None:
+                beat.stop()
+        if not lead:
+            return "", None
+        return self._settle(study, a, run_dir, ret, bridge)
+
+    def _register(self, a: studies.Assignment, dirname: str, overrides: List[str], me: str,
+                  max_steps: Optional[int]) -> None:
+        """The trial as a run of the sweep (sweep.json, its record and events), for status and report."""
+        sweep = Path(self.sweep_dir)
+        run_dir = sweep / dirname
+        with studies.trials_lock(sweep):
+            manifest = runfiles.read_manifest(sweep) or {"runs": {}, "submissions": []}
+            manifest.setdefault("runs", {})[str(a.number)] = {
+                "name": dirname, "run_dir": dirname, "overrides": overrides, "job_id": me,
+                "max_steps": max_steps, "trial": a.number, "params": a.params,
+            }
+            runfiles.write_json_atomic(sweep / runfiles.SWEEP_MANIFEST, manifest)
+        if a.how == "new":
+            record.submitted(run_dir, trial=a.number)
+        record.started(run_dir, job_id=me, trial=a.number, how=a.how)
+
+    def _settle(self, study: Any, a: studies.Assignment, run_dir: Path, ret: Any,
+                bridge: TrialBridge) -> "tuple[str, Optional[float]]":
+        from optuna.trial import TrialState
+
+        s = self.settings
+        result = ret._return_value
+        if ret.status == JobStatus.FAILED:
+            error = "".join(traceback.format_exception(result))[-3000:] if isinstance(result, BaseException) else str(result)
+            record.failed(run_dir, error=error, rank=0, job_id=os.environ.get("SLURM_JOB_ID"))
+            studies.tell(study, a.number, TrialState.FAIL)
+            record.write_summary(run_dir, trial=a.number)
+            return "failed", None
+        if bridge.pruned_at is not None or record.read(run_dir).state == record.State.PRUNED \
+                or (isinstance(result, dict) and result.get("status") == record.State.PRUNED.value):
+            if record.read(run_dir).state != record.State.PRUNED:
+                record.pruned(run_dir, step=bridge.pruned_at, reason="the pruner stopped it", rank=0)
+            studies.tell(study, a.number, TrialState.PRUNED)
+            record.write_summary(run_dir, trial=a.number)
+            return "pruned", None
+        value = objective_value(result, run_dir, s.metric)
+        summary: Dict[str, Any] = {"trial": a.number, "objective": {"metric": s.metric, "value": value}}
+        if runfiles.read_metrics(run_dir) is None or not (runfiles.read_metrics(run_dir) or {}).get("metrics"):
+            summary["metrics"] = record.numbers(result)  # an app that writes no metrics.json of its own
+        if value is None:
+            record.failed(run_dir, error=f"no objective: the task function returned {str(result)[:200]!r} and "
+                                         f"metrics.json has no {s.metric!r}", rank=0)
+            studies.tell(study, a.number, TrialState.FAIL)
+            record.write_summary(run_dir, **summary)
+            return "failed", None
+        record.completed(run_dir, value=value)
+        studies.tell(study, a.number, TrialState.COMPLETE, value)
+        record.write_summary(run_dir, **summary)
+        return "completed", value
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+        """Called by submitit on USR2 (rank 0): requeue this worker; it takes its trial back when it restarts
+        (the trainer has checkpointed it)."""
+        run_dir = _running.get("run_dir")
+        if run_dir is not None:
+            record.requeued(run_dir)
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def objective_value(result: Any, run_dir: Path, metric: Optional[str]) -> Optional[float]:
+    """The trial's objective: the task function's return value when it is a number, else its ``metric``
+    entry (top level or under ``metrics``), else metrics.json's ``metrics[metric]``. NaN counts as none."""
+    candidates: List[Any] = []
+    numbers = record.numbers(result)
+    if "value" in numbers and len(numbers) == 1 and not isinstance(result, dict):
+        candidates.append(numbers["value"])
+    if metric:
+        candidates.append(numbers.get(metric))
+        candidates.append(((runfiles.read_metrics(run_dir) or {}).get("metrics") or {}).get(metric))
+    for c in candidates:
+        if isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(float(c)):
+            return float(c)
+    return None
+
+
+def _fresh_rendezvous_port(seq: int) -> None:
+    """Every trial of this task after the first rendezvous on a port of its own (the ranks agree on ``seq``):
+    a second ``init_process_group`` on the first trial's port, in the same processes, was seen to hang
+    (gloo: "Timed out waiting 600000ms for send operation to complete")."""
+    if "MASTER_PORT" not in os.environ:
+        return  # the first trial: the trainer exports submitit's port (derived from the job id)
+    base = int(os.environ.setdefault("HPCTRAIN_BASE_MASTER_PORT", os.environ["MASTER_PORT"]))
+    os.environ["MASTER_PORT"] = str(20000 + (base - 20000 + seq) % 40000)
+
+
+def _attempt() -> str:
+    """This attempt of the task (a requeue starts a new one): the ranks of one attempt agree on it."""
+    return f"{os.environ.get('SLURM_JOB_ID', os.environ.get('SUBMITIT_LOCAL_JOB_ID', ''))}:" \
+           f"{os.environ.get('SLURM_RESTART_COUNT', '0')}"
+
+
+def _announce_path(sweep_dir: str, me: str) -> Path:
+    return studies.search_dir(sweep_dir) / "workers" / f"{me}.json"
+
+
+class _Heartbeat:
+    """Touches the trial's alive file every ``interval_s`` while the trial runs (a daemon thread)."""
+
+    def __init__(self, path: str, interval_s: float) -> None:
+        self.path, self.interval_s = path, interval_s
+        self._stop = threading.Event()
+        studies.touch(path)
+        self._thread = threading.Thread(target=self._beat, name="hpctrain-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                studies.touch(self.path)
+            except OSError:
+                pass  # shared storage hiccup: the next beat tries again
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,256 @@
+"""``hydra/sweeper=search``: an Optuna study worked through by the job array itself.
+
+The login node checks the space and the settings (one line per problem, nothing submitted), opens
+the study in the sweep dir (Optuna's journal file) and submits ``n_workers`` worker tasks through
+hpctrain's launcher (its resources, container and ranks; one Slurm job array), then returns. Each
+worker pulls trials until the study has ``n_trials`` (:mod:`hpctrain.search.worker`). Running the
+same command again continues the study up to ``n_trials`` in total.
+
+No ``from __future__ import annotations`` here: Hydra's plugin scan breaks dataclasses under it.
+optuna is imported in :meth:`SearchSweeper.sweep` only, never at plugin discovery.
+"""
+
+import importlib.util
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+from hpctrain import runfiles
+from hpctrain.search.space import Space, check, parse
+
+from .launcher import BaseLauncher, LaunchError
+from .plan import Run, plan_runs
+
+SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")  # as hpctrain.search.study.SAMPLERS (no optuna import here)
+PRUNERS = ("median", "asha", "none")
+SAMPLER_NEEDS = {"cmaes": ("cmaes",), "gp": ("scipy", "torch")}
+
+
+@dataclass
+class SearchSweeperConf:
+    _target_: str = "hydra_plugins.hpctrain_launcher.search.SearchSweeper"
+    n_trials: int = 20  # trials in the study in total (a rerun continues up to this)
+    n_workers: int = 4  # worker tasks of the job array; on the local launcher: max_parallel
+    sampler: str = "tpe"  # tpe | random | grid | cmaes | gp
+    pruner: str = "median"  # median | asha | none: stop bad trials at an eval step
+    seed: Optional[int] = None  # the samplers' seed (each worker gets seed + its index)
+    grace_s: int = 120  # a running trial whose worker is unknown and silent this long is taken over
+    heartbeat_s: float = 10.0
+    params: Optional[Dict[str, str]] = None  # the space kept in a file (+sweep=NAME): key -> interval(...)
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="search", node=SearchSweeperConf, provider="hpctrain")
+
+
+class SearchSweeper(Sweeper):
+    def __init__(self, **conf: Any) -> None:
+        self.conf = OmegaConf.create(conf)
+        self.config: Optional[DictConfig] = None
+        self.launcher: Any = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.task_function: Optional[TaskFunction] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    # ------------------------------------------------------------------ the login node's part
+    def sweep(self, arguments: List[str]) -> Any:
+        assert self.config is not None and self.hydra_context is not None
+        launcher = self.launcher
+        if not isinstance(launcher, BaseLauncher):
+            raise LaunchError("nothing submitted: hydra/sweeper=search needs one of hpctrain's launchers "
+                              "(hydra/launcher=local or hydra/launcher=slurm)")
+        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        space, problems = parse(arguments, OmegaConf.to_container(self.conf.params) if self.conf.params else None)
+        problems = self._check_settings() + problems
+        if not problems:
+            problems += check(space, str(self.conf.sampler))
+        sample: Optional[Run] = None
+        if not problems:
+            sample, more = self._check_app(space, sweep_dir)
+            problems += more
+        metric, direction = self._objective(sample)
+        settings = self._settings(space, metric, direction, launcher)
+        from hpctrain.search import study as studies  # optuna: search sweeps only
+
+        old = studies.existing_direction(sweep_dir)
+        if old is not None and old != direction:
+            problems.append(f"objective.mode: the study in {sweep_dir} was created to {old}; "
+                            f"this command would {direction} (use a new sweep dir)")
+        if problems:
+            lines = "\n".join(f"  {p}" for p in problems)
+            raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
+        assert sample is not None
+        runs = [Run(idx=i, overrides=list(space.fixed), run_dir=studies.search_dir(sweep_dir) / "workers" / f"worker-{i}",
+                    cfg=sample.cfg) for i in range(settings.n_workers)]
+        python = launcher.python_command(sweep_dir)
+        launcher.base = launcher.submission_base(sweep_dir)
+        if launcher.params.dry_run:
+            print(launcher.dry_run_text(runs, python, sweep_dir))
+            print(f"search: {settings.n_trials} trials, {len(runs)} worker(s), sampler={settings.sampler}, "
+                  f"pruner={settings.pruner}, objective {metric or 'return value'} ({direction})")
+            print("dry run: nothing submitted")
+            return None
+
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        study = studies.open_study(sweep_dir, settings)
+        left = studies.work_left(study, settings)
+        if left == 0:
+            counts = studies.summary(study)
+            print(f"hpctrain: the study in {sweep_dir} already has its {studies.budget(settings)} trials "
+                  f"({_counts(counts)}): nothing to submit")
+            return None
+        runs = runs[: min(len(runs), left)]
+        study.set_user_attr("hpctrain", {"metric": metric, "direction": direction, "sampler": settings.sampler,
+                                         "pruner": settings.pruner, "n_trials": settings.n_trials,
+                                         "params": {p.name: p.text for p in space.params}})
+        return self._submit(launcher, runs, settings, python, sweep_dir)
+
+    def _submit(self, launcher: BaseLauncher, runs: List[Run], settings: Any, python: str, sweep_dir: Path) -> Any:
+        from hpctrain.search import study as studies
+        from hpctrain.search.worker import SearchWorker
+
+        from .job import save_payload
+
+        payload = launcher.base.with_suffix(".pkl")
+        save_payload(payload, self.hydra_context, self.task_function, self.config)
+        runfiles.write_json_atomic(payload.with_suffix(".runs.json"), [str(r.run_dir) for r in runs])
+        with studies.trials_lock(sweep_dir):
+            manifest = runfiles.read_manifest(sweep_dir) or {"runs": {}, "submissions": []}
+            manifest.update(launcher=launcher.kind, app=getattr(self.task_function, "__module__", None),
+                            submitit_folder=str(launcher.params.submitit_folder), launcher_pid=os.getpid(),
+                            search={"n_trials": settings.n_trials, "sampler": settings.sampler,
+                                    "pruner": settings.pruner, "metric": settings.metric,
+                                    "direction": settings.direction})
+            manifest["submissions"].append({"time": time.time(), "job_ids": [], "workers": len(runs),
+                                            "launcher_pid": os.getpid()})
+            runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
+        worker = SearchWorker(str(payload), str(sweep_dir), settings)
+        print(f"hpctrain: search of {settings.n_trials} trials ({settings.sampler}, pruner {settings.pruner}, "
+              f"{settings.metric or 'return value'} {settings.direction[:3]}) by {len(runs)} worker(s)", flush=True)
+        # the launcher records job ids per run; here the runs are workers, recorded with the submission
+        launcher.record_job_ids = lambda folder, ids: self._record_workers(folder, list(ids.values()))
+        jobs = launcher.submit(runs, worker, python, sweep_dir)
+        ids = [str(j.job_id) for j in jobs]
+        self._record_workers(sweep_dir, ids)
+        if launcher.kind == "slurm":
+            print(f"hpctrain: submitted {len(runs)} search worker(s) as Slurm job {ids[0].split('_')[0]}"
+                  f"{' (one array)' if len(runs) > 1 else ''}")
+            print(f"  sweep dir: {sweep_dir}")
+            for verb in ("status", "report", "tensorboard", "cancel"):
+                print(f"  python -m hpctrain {verb} {shlex.quote(str(sweep_dir))}")
+            if not launcher.params.wait:
+                return None
+            from hpctrain import cluster
+
+            cluster.poll_squeue(ids, 3.0, lambda q: not any(cluster.in_queue(q, i) for i in ids))
+        return self._final(sweep_dir, settings)
+
+    @staticmethod
+    def _record_workers(sweep_dir: Path, job_ids: List[str]) -> None:
+        from hpctrain.search import study as studies
+
+        with studies.trials_lock(sweep_dir):
+            manifest = runfiles.read_manifest(sweep_dir) or {"submissions": [{}]}
+            sub = manifest["submissions"][-1]
+            sub["worker_job_ids"] = sorted(set(sub.get("worker_job_ids", [])) | set(job_ids))
+            sub["job_ids"] = sorted({i.split("_")[0] for i in sub["worker_job_ids"]})
+            runfiles.write_json_atomic(Path(sweep_dir) / runfiles.SWEEP_MANIFEST, manifest)
+
+    def _final(self, sweep_dir: Path, settings: Any) -> Any:
+        """After the workers ended (local, or ``wait=true``): the counts and the best trial."""
+        from hpctrain.search import study as studies
+
+        study = studies.open_study(sweep_dir, settings)
+        counts = studies.summary(study)
+        print(f"search {sweep_dir}: {_counts(counts)}")
+        try:
+            best = study.best_trial
+            print(f"  best: trial {best.number} {settings.metric or 'value'}={best.value:.6g} {best.params}")
+        except ValueError:
+            print("  no trial completed")
+        print(f"  Next: python -m hpctrain report {sweep_dir}")
+        if counts.get("fail"):
+            raise LaunchError(f"{counts['fail']} of {sum(counts.values())} trial(s) failed: their metrics.json "
+                              f"hold the errors")
+        return None
+
+    # ------------------------------------------------------------------ checks
+    def _check_settings(self) -> List[str]:
+        c, problems = self.conf, []
+        for key in ("n_trials", "n_workers"):
+            if not isinstance(c[key], int) or c[key] < 1:
+                problems.append(f"hydra.sweeper.{key}={c[key]}: expected an integer >= 1")
+        if c.sampler not in SAMPLERS:
+            problems.append(f"hydra.sweeper.sampler={c.sampler}: unknown sampler (expected one of {', '.join(SAMPLERS)})")
+        else:
+            missing = [m for m in SAMPLER_NEEDS.get(str(c.sampler), ()) if importlib.util.find_spec(m) is None]
+            if missing:
+                problems.append(f"hydra.sweeper.sampler={c.sampler}: Optuna's sampler needs {', '.join(missing)} "
+                                f"(pip install {' '.join(missing)})")
+        if c.pruner not in PRUNERS:
+            problems.append(f"hydra.sweeper.pruner={c.pruner}: unknown pruner (expected one of {', '.join(PRUNERS)})")
+        if float(c.grace_s) <= 0 or float(c.heartbeat_s) <= 0:
+            problems.append("hydra.sweeper.grace_s and heartbeat_s: expected numbers > 0")
+        if c.seed is not None and not isinstance(c.seed, int):
+            problems.append(f"hydra.sweeper.seed={c.seed}: expected an integer")
+        return problems
+
+    def _check_app(self, space: Space, sweep_dir: Path) -> "tuple[Optional[Run], List[str]]":
+        """The keys exist in the app's config and one trial's config passes the launcher's checks."""
+        assert self.hydra_context is not None and self.config is not None
+        first = {p.name: (p.choices[0] if p.choices else (int(p.low) if p.kind == "int" else p.low))
+                 for p in space.params}
+        runs, errors = plan_runs(self.hydra_context, self.config, [space.overrides(first)], 0)  # one composition
+        if not errors:
+            problems = [p.replace("run 0 ", "a trial ", 1) for p in self.launcher.check(runs, sweep_dir)]
+            return runs[0], problems
+        # only on bad input: compose the fixed overrides alone to name the unknown keys
+        base, fixed_errors = plan_runs(self.hydra_context, self.config, [list(space.fixed)], 0)
+        if fixed_errors:
+            return None, [e.replace("run 0 ", "fixed overrides ", 1) for e in fixed_errors]
+        unknown = [f"{p.text}: unknown key {p.name!r} (not in the app's config; add a new key with +{p.name}=...)"
+                   for p in space.params
+                   if not p.key.startswith("+") and OmegaConf.select(base[0].cfg, p.name, default=_ABSENT) is _ABSENT]
+        return None, unknown or [e.replace("run 0 ", "a trial ", 1) for e in errors]
+
+    def _objective(self, sample: Optional[Run]) -> "tuple[Optional[str], str]":
+        """``objective.metric`` and ``objective.mode`` from the app's config (hpctrain's: val/loss, min);
+        an app without them is optimised by its return value, minimised."""
+        cfg = sample.cfg if sample is not None else None
+        default = "val/loss" if getattr(self.task_function, "validate_job", None) is not None else None
+        metric = OmegaConf.select(cfg, "objective.metric", default=default) if cfg is not None else default
+        mode = str(OmegaConf.select(cfg, "objective.mode", default="min")) if cfg is not None else "min"
+        return metric, ("maximize" if mode == "max" else "minimize")
+
+    def _settings(self, space: Space, metric: Optional[str], direction: str, launcher: BaseLauncher) -> Any:
+        from hpctrain.search.study import Settings
+
+        c = self.conf
+        n_workers = int(c.n_workers) if isinstance(c.n_workers, int) and c.n_workers > 0 else 1
+        if launcher.kind == "local":
+            n_workers = launcher.max_parallel()  # local: max_parallel worker processes
+        n_trials = int(c.n_trials) if isinstance(c.n_trials, int) and c.n_trials > 0 else 1
+        return Settings(space=space, n_trials=n_trials, n_workers=min(n_workers, n_trials),
+                        sampler=str(c.sampler), pruner=str(c.pruner), seed=c.seed, metric=metric,
+                        direction=direction, grace_s=int(c.grace_s), heartbeat_s=float(c.heartbeat_s),
+                        max_adoptions=max(1, int(launcher.params.max_retries) + 1))
+
+
+_ABSENT = object()
+
+
+def _counts(counts: Dict[str, int]) -> str:
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
