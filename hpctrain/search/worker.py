@@ -39,8 +39,11 @@ class SearchWorker:
         self.sweep_dir = sweep_dir
         self.settings = settings
 
-    def __call__(self, worker: int, fixed: List[str]) -> Dict[str, Any]:
+    def __call__(self, worker: int, fixed: List[str], run_dir: Optional[str] = None) -> Dict[str, Any]:
+        """One worker task. The launchers call every job as ``(index, overrides, run_dir)``; a worker's
+        ``run_dir`` is its placeholder under ``.hpctrain/workers`` (each trial has a run dir of its own)."""
         env = submitit.JobEnvironment()
+        os.environ[record.RECORDED_ENV] = "1"  # this worker keeps its trials' records, not the task function
         with open(self.payload, "rb") as f:
             self.hydra_context, self.task_function, self.config, singleton_state = cloudpickle.load(f)
         Singleton.set_state(singleton_state)
