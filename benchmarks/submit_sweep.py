@@ -166,7 +166,7 @@ def run_hpctrain(tmp: Path, bin_dir: Path, profile: bool) -> Dict[str, object]:
     try:
         if proc.returncode != 0:
             sys.exit(f"hpctrain sweep failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")
-        match = re.search(r"submitted (\d+) run\(s\) as Slurm job (\d+)", proc.stdout)
+        match = re.search(r"submitted (\d+) run\(s\) as (?:Slurm job|\d+ Slurm arrays) (\d+)", proc.stdout)
         runs, job = (int(match[1]), match[2]) if match else (0, "?")
         tasks = queued_tasks(job) if match else 0
     finally:
