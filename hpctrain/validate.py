@@ -8,7 +8,7 @@ import ast
 import functools
 import importlib.util
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -20,14 +20,16 @@ def validate_job(cfg: DictConfig, world_size: int = 1) -> List[str]:
     """Every problem of this config, each one line naming the key, the value and what is expected."""
     problems: List[str] = []
     try:
-        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", "") or "config"
         return [f"{key}: {str(exc).splitlines()[0]}"]
+    # the checks read the resolved plain copy: DictConfig attribute access cost more than the resolve
+    cfg = _Plain(plain)  # type: ignore[assignment]
 
     def expect(ok: bool, key: str, what: str) -> None:
         if not ok:
-            problems.append(f"{key}={OmegaConf.select(cfg, key)!r}: expected {what}")
+            problems.append(f"{key}={_select(plain, key)!r}: expected {what}")
 
     expect(cfg.lr > 0, "lr", "a number > 0")
     expect(cfg.max_steps > 0, "max_steps", "an integer > 0")
@@ -47,21 +49,41 @@ def validate_job(cfg: DictConfig, world_size: int = 1) -> List[str]:
             f"batch_size={cfg.batch_size}: expected a multiple of world_size x grad_accum = "
             f"{world_size} x {cfg.grad_accum} (the batch is global)"
         )
-    train_size = OmegaConf.select(cfg, "data.train_size")
+    train_size = _select(plain, "data.train_size")
     if isinstance(train_size, int) and cfg.batch_size > train_size:
         problems.append(f"batch_size={cfg.batch_size}: larger than data.train_size={train_size} "
                         f"(one step would need more samples than the data set has)")
     for key in ("num_classes", "num_features", "vocab_size", "seq_len", "train_size"):
-        value = OmegaConf.select(cfg, f"data.{key}")
+        value = _select(plain, f"data.{key}")
         minimum = 2 if key in ("num_classes", "vocab_size") else 1
         if isinstance(value, int) and value < minimum:
             problems.append(f"data.{key}={value}: expected an integer >= {minimum}")
     for group in ("model", "data", "optim"):
-        target = OmegaConf.select(cfg, f"{group}._target_")
+        target = _select(plain, f"{group}._target_")
         error = target_error(target) if isinstance(target, str) else "a class path such as pkg.module.Class"
         if error:
             problems.append(f"{group}._target_={target!r}: {error}")
     return problems
+
+
+class _Plain:
+    """Attribute access to a resolved config's plain dict (``cfg.lr``)."""
+
+    def __init__(self, data: Any) -> None:
+        self._data = data
+
+    def __getattr__(self, name: str) -> Any:
+        value = self._data.get(name) if isinstance(self._data, dict) else None
+        return _Plain(value) if isinstance(value, dict) else value
+
+
+def _select(data: Any, key: str) -> Any:
+    """``OmegaConf.select`` on the plain dict: None where any part of the dotted key is missing."""
+    for part in key.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
 
 
 @functools.lru_cache(maxsize=None)
