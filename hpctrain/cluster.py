@@ -437,7 +437,7 @@ def max_submit_jobs(account: Optional[str] = None, qos: Optional[str] = None) ->
     """``(cap, who sets it)`` on the user's jobs in the queue; ``None`` when none is set or sacctmgr
     does not answer (no accounting): then nothing is checked up front and sbatch has the last word."""
     user = _user()
-    assoc = run(["sacctmgr", "-n", "-P", "show", "assoc", f"where user={user}",
+    assoc = run(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
                  "format=Account,User,MaxSubmit,QOS,DefaultQOS"], timeout_s=15)
     if assoc.stdout is None:
         return None
