@@ -1,9 +1,12 @@
 """Several single-rank runs side by side in one task (``hydra.launcher.runs_per_task=k``).
 
-The task (one Slurm array task, or one local job) runs :class:`PackJob`: it starts one child process
-per sweep point of its pack (``python -m hydra_plugins.hpctrain_launcher.pack POINT``), each running
-the same :class:`~hydra_plugins.hpctrain_launcher.job.SweepJob` a one-run task would, so each packed
-run keeps its own run dir, metrics, run record, retries and preemption handling.
+The task (one Slurm array task, or one local job) runs :class:`PackJob`: it forks one child process
+per sweep point of its pack, each running the same :class:`~hydra_plugins.hpctrain_launcher.job.SweepJob`
+a one-run task would, so each packed run keeps its own run dir, metrics, run record, retries and
+preemption handling; its output goes to ``<run_dir>/.hpctrain/task.log``. Forked, not started afresh:
+the heavy imports the task function names in its ``preload`` attribute (hpctrain's app: the trainer,
+hence torch) are done once per task, before the fork, not once per run (torch's import alone is
+1.3 s). Nothing touches CUDA before the fork: each child sets its own ``CUDA_VISIBLE_DEVICES`` first.
 
 Placement (:func:`slots`): the task's GPUs (its ``CUDA_VISIBLE_DEVICES``) are dealt out round robin,
 one device per run, several runs per GPU when k is larger than the GPU count; the task's CPUs (its
@@ -23,7 +26,6 @@ Runs of several ranks cannot be packed: the launcher refuses them before anythin
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -87,30 +89,34 @@ class PackJob:
             else:
                 todo.append(point)
         placed = slots(len(todo), task_gpus(), task_cpus())
+        self._preload()
         import submitit
 
         signum = submitit.JobEnvironment._usr_sig()
         submitit_handler = signal.getsignal(signum)
         preempted = []
-        children: List[Tuple[Point, subprocess.Popen]] = []
+        children: List[Tuple[Point, int]] = []
+        codes: Dict[int, int] = {}
 
         def pass_on(sig: int, frame: Any) -> None:
             preempted.append(sig)
-            for _, proc in children:
-                if proc.poll() is None:
-                    proc.send_signal(sig)
+            for (idx, _, _), pid in children:
+                if idx not in codes:
+                    os.kill(pid, sig)
 
         signal.signal(signum, pass_on)
         for point, (gpu, cpus) in zip(todo, placed):
-            children.append((point, self._start(point, gpu, cpus)))
-            print(f"hpctrain pack: started #{point[0]} {Path(point[2]).name} (pid {children[-1][1].pid}, "
+            children.append((point, self._fork(point, gpu, cpus)))
+            print(f"hpctrain pack: started #{point[0]} {Path(point[2]).name} (pid {children[-1][1]}, "
                   f"GPU {gpu if gpu is not None else '-'}, CPUs {_ranges(cpus)})", flush=True)
-        codes = {}
         while len(codes) < len(children):
-            for (idx, _, run_dir), proc in children:
-                if idx not in codes and proc.poll() is not None:
-                    codes[idx] = proc.returncode
-                    print(f"hpctrain pack: #{idx} ended, exit code {proc.returncode}", flush=True)
+            for (idx, _, run_dir), pid in children:
+                if idx in codes:
+                    continue
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes[idx] = os.waitstatus_to_exitcode(status)
+                    print(f"hpctrain pack: #{idx} ended, exit code {codes[idx]}", flush=True)
             time.sleep(0.2)
         states = {idx: str(record.read(run_dir).state) for (idx, _, run_dir), _ in children}
         if any(c == REQUEUE_EXIT for c in codes.values()) and callable(submitit_handler):
@@ -123,23 +129,44 @@ class PackJob:
                                f"their metrics.json hold the errors")
         return states
 
-    def _start(self, point: Point, gpu: Optional[str], cpus: List[int]) -> subprocess.Popen:
-        env = dict(os.environ)
-        if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpu
-        if cpus:
-            env["OMP_NUM_THREADS"] = str(len(cpus))
-        if self.memory_fraction:
-            env[MEMORY_FRACTION_ENV] = str(self.memory_fraction)
+    def _preload(self) -> None:
+        """Import once, before the fork, what the task function says its runs need."""
+        import importlib
+
+        import cloudpickle
+
+        with open(self.payload, "rb") as f:
+            task_function = cloudpickle.load(f)[1]
+        for module in getattr(task_function, "preload", ()):
+            importlib.import_module(module)
+
+    def _fork(self, point: Point, gpu: Optional[str], cpus: List[int]) -> int:
         log = Path(point[2]) / ".hpctrain" / "task.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
-            return subprocess.Popen(
-                [sys.executable, "-u", "-m", "hydra_plugins.hpctrain_launcher.pack", self.payload, self.sweep_dir,
-                 json.dumps(list(point))],
-                env=env, stdout=out, stderr=subprocess.STDOUT,
-                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
-            )
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid:
+            os.close(fd)
+            return pid
+        code = 1
+        try:  # the child: its devices, CPUs and output, then the run
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+            if gpu is not None:
+                os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+            if cpus:
+                os.environ["OMP_NUM_THREADS"] = str(len(cpus))
+                os.sched_setaffinity(0, cpus)
+            if self.memory_fraction:
+                os.environ[MEMORY_FRACTION_ENV] = str(self.memory_fraction)
+            code = child(self.payload, self.sweep_dir, json.dumps(list(point)))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """submitit's hook on requeue: the same pack again; its children recorded their own ``requeued``."""
@@ -176,6 +203,10 @@ def child(payload: str, sweep_dir: str, point_json: str) -> int:
             torch.cuda.set_per_process_memory_fraction(float(fraction))
     from .job import SweepJob
 
+    if "torch" in sys.modules:  # the threads torch may use: this run's share of the task's CPUs
+        n = os.environ.get("OMP_NUM_THREADS")
+        if n:
+            sys.modules["torch"].set_num_threads(int(n))
     try:
         SweepJob(payload, sweep_dir)(idx, list(overrides), run_dir)
     except BaseException as exc:  # noqa: BLE001 - recorded by SweepJob; the exit code tells the parent
