@@ -374,6 +374,7 @@ def parse_config(text: str) -> Dict[str, str]:
 class ArrayLimits:
     max_array_size: int  # the largest array INDEX is max_array_size - 1
     max_array_tasks: Optional[int]  # SchedulerParameters max_array_tasks (tasks per array), if set
+    max_job_count: Optional[int] = None  # MaxJobCount: jobs (array tasks one by one) slurmctld holds at once
 
     @property
     def tasks_per_array(self) -> int:
@@ -384,7 +385,7 @@ class ArrayLimits:
 def array_limits_from(config: Dict[str, str]) -> ArrayLimits:
     size = _int(config.get("MaxArraySize"), DEFAULT_MAX_ARRAY_SIZE) or DEFAULT_MAX_ARRAY_SIZE
     m = re.search(r"(?:^|,)max_array_tasks=(\d+)", config.get("SchedulerParameters", ""))
-    return ArrayLimits(size, int(m.group(1)) if m else None)
+    return ArrayLimits(size, int(m.group(1)) if m else None, _int(config.get("MaxJobCount")) or None)
 
 
 def array_limits() -> ArrayLimits:

@@ -27,6 +27,7 @@ def test_arrays_split_by_the_limit_each_from_zero_with_its_offset():
 def test_array_limits_take_the_tighter_of_max_array_size_and_max_array_tasks():
     limits = cluster.array_limits_from({"MaxArraySize": "1001", "SchedulerParameters": "bf_interval=1,max_array_tasks=300"})
     assert limits.tasks_per_array == 300
+    assert cluster.array_limits_from({"MaxJobCount": "10000"}).max_job_count == 10000
     assert cluster.array_limits_from({}).tasks_per_array == 1001  # unreadable: Slurm's default
 
 

@@ -92,8 +92,13 @@ class SlurmLauncher(BaseLauncher):
             extra["dependency"] = f"{extra['dependency']},{mine}" if extra.get("dependency") else mine
         return params
 
+    def limits(self) -> cluster.ArrayLimits:
+        if getattr(self, "_limits", None) is None:
+            self._limits = cluster.array_limits()  # one scontrol call per launch
+        return self._limits
+
     def chunks(self, n_tasks: int) -> List[arrays.Chunk]:
-        return arrays.split(n_tasks, cluster.array_limits().tasks_per_array)
+        return arrays.split(n_tasks, self.limits().tasks_per_array)
 
     def submit(self, tasks: List[List[Run]], job: Any, python: str, sweep_dir: Path) -> List[Any]:
         import submitit
@@ -114,6 +119,10 @@ class SlurmLauncher(BaseLauncher):
     def check_queue(self, n_tasks: int) -> List[str]:
         """Refused up front: a sweep whose tasks would not fit under the association's or QOS's cap on
         jobs in the queue (``MaxSubmitJobs``, read with sacctmgr where it answers)."""
+        most = self.limits().max_job_count
+        if most is not None and n_tasks > most:
+            return [f"the sweep needs {n_tasks} jobs in the queue (array tasks) and the cluster holds at most {most} "
+                    f"(MaxJobCount): pack runs (hydra.launcher.runs_per_task) or split the sweep"]
         cap = cluster.max_submit_jobs(self.params.account, self.params.qos)
         if cap is None:
             return []
