@@ -157,3 +157,20 @@ def test_sweep_over_the_queue_cap_is_refused_with_the_numbers(tmp_path):
     finally:
         subprocess.run(["sacctmgr", "-i", "delete", "user", user, f"account={account}"], capture_output=True)
         subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
+
+
+@pytest.mark.usefixtures("slurm_cluster")
+def test_packed_runs_retry_each_on_its_own_and_completed_runs_are_not_run_again(tmp_path):
+    sweep, marker = tmp_path / "sweep", tmp_path / "marker"
+    marker.mkdir()
+    proc = run_hpctrain(["-m", "model._target_=user_models.Flaky,user_models.Boom,user_models.TinyNet",
+                         f"+model.marker_dir={marker}", "max_steps=20", "hydra/launcher=slurm",
+                         "hydra.launcher.runs_per_task=3", "hydra.launcher.max_retries=1", "hydra.launcher.wait=true",
+                         f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=300, check=False)
+    assert proc.returncode != 0 and "1 of 3 run(s) failed" in proc.stderr + proc.stdout
+    flaky, boom, fine = run_dirs(sweep)
+    assert metrics(flaky)["status"] == "completed" and metrics(fine)["status"] == "completed"
+    assert metrics(boom)["status"] == "failed" and "Boom: this model always fails" in metrics(boom)["error"]
+    assert record_kinds(flaky) == ["submitted", "started", "failed", "retrying", "started", "completed"]
+    assert record_kinds(boom) == ["submitted", "started", "failed", "retrying", "started", "failed"]
+    assert record_kinds(fine) == ["submitted", "started", "completed"]  # the task's retry left it alone

@@ -103,7 +103,8 @@ class BaseLauncher(Launcher):
         self.base = self.submission_base(sweep_dir)
         if self.params.dry_run:
             print(self.dry_run_text(tasks, python, sweep_dir))
-            print(f"runs ({len(todo)} to submit as {len(tasks)} task(s), {len(done)} already completed):")
+            packed = f" as {len(tasks)} task(s)" if k > 1 else ""
+            print(f"runs ({len(todo)} to submit{packed}, {len(done)} already completed):")
             for r in todo:
                 print(f"  {r.idx:>4}  {r.run_dir}")
             print("dry run: nothing submitted")

@@ -75,10 +75,11 @@ class SlurmLauncher(BaseLauncher):
 
         ``offset``: where this array's tasks start in the submission's run list (several arrays)."""
         runs_file = self.base.with_suffix(".runs.json")
+        index = f"$(( ${{SLURM_ARRAY_TASK_ID:-0}} + {offset} ))" if offset else "${SLURM_ARRAY_TASK_ID:-0}"
         return [
             "hpctrain_rc=$?",  # srun's exit status: must be the first line after the srun line
             f"{python} -m hydra_plugins.hpctrain_launcher.ended {shlex.quote(str(runs_file))} "
-            f'"$(( ${{SLURM_ARRAY_TASK_ID:-0}} + {offset} ))" "$hpctrain_rc" {int(self.params.max_retries)} || true',
+            f'"{index}" "$hpctrain_rc" {int(self.params.max_retries)} || true',
         ]
 
     def array_parameters(self, python: str, chunk: arrays.Chunk, after: str) -> Dict[str, Any]:
@@ -145,7 +146,7 @@ class SlurmLauncher(BaseLauncher):
         chunks = self.chunks(len(tasks)) if tasks else [arrays.Chunk(0, 0)]
         texts = []
         for i, chunk in enumerate(chunks):
-            params = self.array_parameters(python, chunk, "<job id of array %d>" % (i - 1) if i else "")
+            params = self.array_parameters(python, chunk, f"<job id of array {i}>" if i else "")
             if chunk.size > 1:
                 params["map_count"] = chunk.size
             head = f"# array {i + 1} of {len(chunks)}: tasks {chunk.offset}..{chunk.offset + chunk.size - 1}\n"
