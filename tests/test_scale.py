@@ -174,3 +174,15 @@ def test_packed_runs_retry_each_on_its_own_and_completed_runs_are_not_run_again(
     assert record_kinds(flaky) == ["submitted", "started", "failed", "retrying", "started", "completed"]
     assert record_kinds(boom) == ["submitted", "started", "failed", "retrying", "started", "failed"]
     assert record_kinds(fine) == ["submitted", "started", "completed"]  # the task's retry left it alone
+
+
+def test_local_launcher_packs_runs_into_tasks(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_hpctrain(["-m", "seed=range(4)", "max_steps=5", "hydra/launcher=local", "hydra.launcher.runs_per_task=2",
+                         f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=300)
+    assert "4 run(s) on this machine, 1 task(s) at a time, 2 runs side by side in each" in proc.stdout
+    manifest = json.loads((sweep / "sweep.json").read_text())
+    jobs = [manifest["runs"][str(i)]["job_id"] for i in range(4)]
+    assert jobs[0] == jobs[1] != jobs[2] == jobs[3]  # two tasks (local processes) of two runs
+    for d in run_dirs(sweep):
+        assert metrics(d)["status"] == "completed" and record_kinds(d) == ["submitted", "started", "completed"]

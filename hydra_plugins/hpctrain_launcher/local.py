@@ -70,8 +70,8 @@ class LocalLauncher(BaseLauncher):
             setup=self.setup_lines(),
         )
         k = self.runs_per_task()
-        print(f"hpctrain: {sum(map(len, tasks))} run(s) on this machine, {parallel} task(s) at a time, "
-              f"{f'{k} runs side by side in each, ' if k > 1 else ''}"
+        what = f"{parallel} task(s) at a time, {k} runs side by side in each" if k > 1 else f"{parallel} at a time"
+        print(f"hpctrain: {sum(map(len, tasks))} run(s) on this machine, {what}, "
               f"{self.tasks_per_node()} rank(s) each; sweep dir {sweep_dir}")
         free = [list(range(s * per_run, (s + 1) * per_run)) for s in range(parallel)]
         args = self.task_args(tasks, k > 1)
