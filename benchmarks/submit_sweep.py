@@ -227,8 +227,11 @@ def main(argv: Optional[List[str]] = None) -> None:
                          "--no-deps in that venv: the login node needs no torch)")
     ap.add_argument("--profile", action="store_true", help="cProfile hpctrain's login-node process")
     ap.add_argument("--points", type=int, default=1000, help="sweep size, a multiple of 40 (default 1000)")
+    ap.add_argument("--runs-per-task", type=int, default=1,
+                    help="hydra.launcher.runs_per_task (10,000 tasks do not fit under Slurm's default MaxJobCount)")
     args = ap.parse_args(argv)
     SWEEP[1] = f"seed=range({args.points // 40})"
+    SWEEP.append(f"hydra.launcher.runs_per_task={args.runs_per_task}")
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="submit-sweep-") as name:
         tmp = Path(name)
