@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Generic, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
@@ -374,7 +374,8 @@ def parse_config(text: str) -> Dict[str, str]:
 class ArrayLimits:
     max_array_size: int  # the largest array INDEX is max_array_size - 1
     max_array_tasks: Optional[int]  # SchedulerParameters max_array_tasks (tasks per array), if set
-    max_job_count: Optional[int] = None  # MaxJobCount: jobs (array tasks one by one) slurmctld holds at once
+    # MaxJobCount: jobs (array tasks one by one) slurmctld holds at once; not part of the array limits' equality
+    max_job_count: Optional[int] = field(default=None, compare=False)
 
     @property
     def tasks_per_array(self) -> int:
