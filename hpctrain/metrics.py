@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from hpctrain import record, runfiles
+from hpctrain import compat, record, runfiles
 
 # Dense bf16 peak FLOP/s by device name (vendor data sheets; torchtitan uses the same figures).
 PEAK_FLOPS = {
@@ -70,15 +70,14 @@ class RunLogger(NullLogger):
             self.writer.add_scalar(tag, value, step)
 
     def progress(self, **fields: Any) -> None:
-        fields.pop("status", None)  # the run record decides the status
-        record.write_summary(self.run_dir, **fields)
+        record.write_summary(self.run_dir, **fields)  # the status is the run record's, where there is one
 
     def finish(self, hparams: Dict[str, Any], final: Dict[str, float]) -> None:
         """Write the run's hyperparameters with its final metrics (TensorBoard's HParams view)."""
         from torch.utils.tensorboard.summary import hparams as hparams_summary
 
         exp, ssi, sei = hparams_summary(hparams, final)
-        file_writer = self.writer._get_file_writer()
+        file_writer = compat.file_writer(self.writer)
         for summary in (exp, ssi, sei):
             file_writer.add_summary(summary)
         step = int(final.get("step", 0))

@@ -23,9 +23,9 @@ class PreemptionGuard:
     def install(self) -> "PreemptionGuard":
         if not os.environ.get("SUBMITIT_EXECUTOR"):
             return self  # not a submitit job: nobody will requeue us
-        from submitit import JobEnvironment
+        from hpctrain.compat import preemption_signal
 
-        self._signum = JobEnvironment._usr_sig()
+        self._signum = preemption_signal()
         previous = signal.getsignal(self._signum)
         if callable(previous):
             self._previous = previous

@@ -194,10 +194,15 @@ class RunState:
     submissions: int = 0
     error: Optional[str] = None  # the failed attempt's error: a rank's own over the fallout
     failed_rank: Optional[int] = None
-    job_id: Optional[str] = None  # of the last start
+    last_start: Optional[Event] = None
     started_at: Optional[float] = None  # first start of this submission
     ended_at: Optional[float] = None  # the final event's time
     events: List[Event] = field(default_factory=list)
+
+    @property
+    def job_id(self) -> Optional[str]:
+        """The job id of the last start (read from its file only when asked)."""
+        return self.last_start.data().get("job_id") if self.last_start is not None else None
 
     @property
     def restarts(self) -> int:
@@ -213,7 +218,7 @@ class RunState:
 
 
 def fold(all_events: List[Event]) -> RunState:
-    """The run's state from its events (sorted by time). Pure: reads details of failed events only."""
+    """The run's state from its events (sorted by time). Pure: opens the files of a failed attempt only."""
     if not all_events:
         return RunState(None)
     subs = [i for i, e in enumerate(all_events) if e.kind == SUBMITTED]
@@ -228,7 +233,7 @@ def fold(all_events: List[Event]) -> RunState:
     starts = [e for e in current if e.kind == STARTED]
     if starts:
         out.started_at = starts[0].time_ns / 1e9
-        out.job_id = starts[-1].data().get("job_id")
+        out.last_start = starts[-1]
     for kind, state in _STRENGTH:
         if kind in kinds:
             out.state = state
@@ -269,8 +274,32 @@ def state_of(run_dir: PathLike) -> Optional[str]:
     return (runfiles.read_metrics(Path(run_dir)) or {}).get("status")
 
 
-def is_completed(run_dir: PathLike) -> bool:
-    return state_of(run_dir) == State.COMPLETED.value
+def is_completed(run_dir: PathLike, app: Optional[str] = None) -> bool:
+    """Completed; with ``app`` (a fingerprint of the task function's code), completed by that same code:
+    a rerun of an edited script runs again, a rerun after a crash skips what is done."""
+    rs = read(run_dir)
+    if rs.state is None:
+        return (runfiles.read_metrics(Path(run_dir)) or {}).get("status") == State.COMPLETED.value
+    if rs.state is not State.COMPLETED:
+        return False
+    if app is None:
+        return True
+    done = [e for e in rs.events if e.kind == COMPLETED][-1].data().get("app")
+    return done is None or done == app
+
+
+def app_fingerprint(task_function: Any) -> str:
+    """The task function's name and a hash of its source file: what "the same app" means for reruns."""
+    import hashlib
+    import inspect
+
+    name = f"{getattr(task_function, '__module__', '')}.{getattr(task_function, '__qualname__', '')}"
+    try:
+        with open(inspect.getsourcefile(task_function) or "", "rb") as f:
+            digest = hashlib.sha1(f.read()).hexdigest()[:12]
+    except (OSError, TypeError):
+        digest = "?"
+    return f"{name}@{digest}"
 
 
 def retry_allowed(run_dir: PathLike, max_retries: int) -> Optional[int]:

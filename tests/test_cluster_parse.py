@@ -4,6 +4,8 @@ import pytest
 
 from hpctrain import cluster
 
+pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
+
 NODES = """\
 NodeName=gpu001 Arch=x86_64 CoresPerSocket=32 CPUAlloc=16 CPUEfctv=64 CPUTot=64 CPULoad=12.02 AvailableFeatures=a100,ib ActiveFeatures=a100,ib Gres=gpu:a100:4(S:0-1) NodeAddr=gpu001 NodeHostName=gpu001 Version=23.02.7 RealMemory=515000 AllocMem=128000 FreeMem=310211 Sockets=2 Boards=1 State=MIXED ThreadsPerCore=1 TmpDisk=0 Weight=1 Partitions=gpu,preempt CfgTRES=cpu=64,mem=515000M,billing=64,gres/gpu=4 AllocTRES=cpu=16,mem=125G,gres/gpu=1
 NodeName=gpu101 Arch=x86_64 CoresPerSocket=48 CPUAlloc=0 CPUTot=96 Gres=gpu:h100:8(S:0-1),shard:h100:32(S:0-1) RealMemory=2000000 State=IDLE Partitions=gpu-h100 CfgTRES=cpu=96,mem=2000000M,gres/gpu=8,gres/shard=32

@@ -7,6 +7,8 @@ import pytest
 
 from conftest import run_hpctrain
 
+pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
+
 IMAGE_DIR = "__tmp__/not-an-image"  # placeholders filled in per test
 CASES = [
     # config: keys, types, ranges

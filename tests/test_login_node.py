@@ -4,7 +4,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import hpctrain_env
+
+pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 
 
 def _imported_modules(stderr: str) -> set:
@@ -29,3 +33,39 @@ def test_console_script_is_python_dash_m(tmp_path):
                        env=hpctrain_env(), cwd=tmp_path)
     assert a.returncode == b.returncode != 0
     assert a.stderr == b.stderr and "nowhere" in a.stderr
+
+
+def test_launcher_never_imports_review():
+    """The launcher sits on cluster.py and record.py, below review/, not on review/ itself."""
+    code = ("import sys, hydra_plugins.hpctrain_launcher.slurm, hydra_plugins.hpctrain_launcher.local, "
+            "hydra_plugins.hpctrain_launcher.job, hydra_plugins.hpctrain_launcher.ended, "
+            "hydra_plugins.hpctrain_launcher.sweeper; "
+            "print(sorted(m for m in sys.modules if m.startswith('hpctrain.review') or m == 'torch'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=hpctrain_env(), timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_review_modules_import_no_cycle():
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "hpctrain" / "review"
+    graph = {}
+    for path in root.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == "hpctrain.review":
+                    names.update(a.name for a in node.names)
+                elif node.module.startswith("hpctrain.review."):
+                    names.add(node.module.rsplit(".", 1)[1])
+        graph[path.stem] = names & {p.stem for p in root.glob("*.py")}
+
+    def visit(node, stack):
+        assert node not in stack, f"import cycle: {' -> '.join(stack + [node])}"
+        for nxt in graph[node]:
+            visit(nxt, stack + [node])
+
+    for module in graph:
+        visit(module, [])
+    assert len(graph) <= 12, sorted(graph)

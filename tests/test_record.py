@@ -10,6 +10,8 @@ import pytest
 from hpctrain import record, runfiles
 from hpctrain.record import State
 
+pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
+
 
 def _events(tmp_path: Path, steps):
     """Write (kind, rank, details) steps with strictly increasing times; return their Events."""

@@ -19,6 +19,8 @@ from hpctrain.review.ranking import default_metric, default_mode, rank, reproduc
 from hpctrain.review.runs import RunRecord, collect
 from hpctrain.review.sweep import RunSpec, SweepError, expected_runs, find_sweep_dir, load_sweep, parse_overrides, swept_keys
 
+pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
+
 
 def make_sweep(root: Path, runs: dict, launcher: str = "slurm") -> Path:
     """``runs``: {idx: {"metrics": {...} | None, "record": [(transition, kwargs)], "err": str, "job_id": str}}."""
@@ -285,3 +287,15 @@ def test_the_declared_objective_ranks_by_default():
     assert default_metric([_rec(0, "completed", {"val/loss": 1.0})], {}) == "val/loss"
     assert default_mode("value", [_rec(0, "completed", {}, objective={"metric": "value", "mode": "max"})]) == "max"
 
+
+
+def test_status_watch_keeps_the_last_queue_answer_through_failed_calls(tmp_path, fake_squeue):
+    sweep = make_sweep(tmp_path / "s", {0: {"metrics": RUNNING, "record": [SUBMITTED, started("100_0")]}, 1: {}})
+    loaded = load_sweep(sweep)
+    poller = cluster.Poller(lambda: cluster.squeue([r.job_id for r in loaded.runs]), "squeue")
+    fake_squeue(["100_0|RUNNING|None", "100_1|PENDING|Priority"])
+    assert [r.state for r in collect(loaded, poller).runs] == ["running", "queued"]
+    fake_squeue(fail="slurm_load_jobs error: Socket timed out on send/recv operation")
+    snap = collect(loaded, poller)
+    assert [r.state for r in snap.runs] == ["running", "queued"] and snap.runs[1].note == "Priority"
+    assert "squeue failed 1 time(s) in a row" in snap.warnings[0]

@@ -22,6 +22,8 @@ import pytest
 
 from conftest import ROOT, run_hpctrain
 
+pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
+
 GOLDEN = ROOT / "tests" / "golden" / "sbatch_gpu_sweep.txt"
 SWEEP = ["-m", "lr=1e-3,3e-4", "seed=0,1", "max_steps=100", "hydra/launcher=slurm",
          "hydra.launcher.gpus_per_node=2", "hydra.launcher.nodes=1", "hydra.launcher.partition=debug",

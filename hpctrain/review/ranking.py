@@ -87,8 +87,11 @@ def rank(records: List[RunRecord], metric: str, mode: str, last_values: Dict[int
 
 def reproduce_command(record: RunRecord, app: Optional[str] = None) -> str:
     """The command line that trains this run again, as one run, from the directory the sweep was started in."""
-    module = "hpctrain" if not app or app.startswith("hpctrain") else app
-    cmd = " ".join(["python", "-m", module] + [shlex.quote(o) for o in record.overrides])
+    if app and app.endswith(".py"):  # a script
+        program = ["python", shlex.quote(app)]
+    else:
+        program = ["python", "-m", "hpctrain" if not app or app.startswith("hpctrain") else app]
+    cmd = " ".join(program + [shlex.quote(o) for o in record.overrides])
     cwd = _launch_cwd(record.run_dir)
     return f"cd {shlex.quote(cwd)} && {cmd}" if cwd and cwd != str(Path.cwd()) else cmd
 

@@ -154,10 +154,15 @@ class _Judge:
         return State.FAILED.value, "ended without a result (killed, out of memory or node failure?): see its log"
 
 
-def collect(sweep: Sweep) -> Snapshot:
-    """Every run's row, in run order. The queue is asked first (once for the whole sweep)."""
-    queue = cluster.squeue([r.job_id for r in sweep.runs]) if sweep.launcher == "slurm" else None
+def collect(sweep: Sweep, poller: "Optional[cluster.Poller[cluster.QueueState]]" = None) -> Snapshot:
+    """Every run's row, in run order. The queue is asked first (once for the whole sweep); with a
+    ``poller`` (``status --watch``), a failed call keeps the last answer for a few calls in a row."""
+    queue = None
+    if sweep.launcher == "slurm":
+        queue = poller.poll() if poller is not None else cluster.squeue([r.job_id for r in sweep.runs])
     judge = _Judge(sweep, queue)
+    if poller is not None and poller.unknown and queue is not None:
+        judge.warnings.append(f"squeue failed {poller.failures} time(s) in a row: its last answer is shown")
     now = time.time()
     rows = []
     for spec in sweep.runs:

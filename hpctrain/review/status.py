@@ -10,6 +10,7 @@ from typing import Any, List
 
 from rich.markup import escape
 
+from hpctrain import cluster
 from hpctrain.review import fmt
 from hpctrain.review.runs import FAILURES, STATES, Snapshot, collect
 from hpctrain.review.sweep import load_sweep
@@ -68,8 +69,12 @@ def exit_code(snap: Snapshot) -> int:
 
 def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json: bool = False) -> int:
     con = fmt.console()
+    poller = None
     while True:
-        snap = collect(load_sweep(sweep_dir))
+        sweep = load_sweep(sweep_dir)
+        if watch and poller is None:  # rides out a busy slurmctld: a failed call is unknown, not gone
+            poller = cluster.Poller(lambda: cluster.squeue([r.job_id for r in sweep.runs]), "squeue")
+        snap = collect(sweep, poller)
         if as_json:
             print(json.dumps({"sweep_dir": str(sweep_dir), "counts": snap.counts(), "warnings": snap.warnings,
                               "runs": [r.to_dict() for r in snap.runs]}, indent=1, default=str))

@@ -147,7 +147,7 @@ def expected_runs(hydra_cfg: Dict[str, Any]) -> Optional[List[List[str]]]:
     task = list((hydra_cfg.get("overrides") or {}).get("task") or [])
     params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
     try:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hpctrain.compat import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         parsed = OverridesParser.create().parse_overrides(params + task)

@@ -30,9 +30,10 @@ def save_payload(path: Path, hydra_context: Any, task_function: Any, config: Any
 
 
 class SweepJob:
-    def __init__(self, payload: str, sweep_dir: str) -> None:
+    def __init__(self, payload: str, sweep_dir: str, app: str = "") -> None:
         self.payload = payload
         self.sweep_dir = sweep_dir
+        self.app = app  # the task function's fingerprint: a rerun of the same code skips completed runs
 
     def __call__(self, idx: int, overrides: List[str], run_dir: str) -> JobReturn:
         env = submitit.JobEnvironment()
@@ -57,7 +58,7 @@ class SweepJob:
         )
         if ret.status == JobStatus.COMPLETED:
             if env.global_rank == 0:
-                self._completed(run_dir, ret.return_value)
+                self._completed(run_dir, ret.return_value, self.app)
             return ret
         exc = ret._return_value
         if isinstance(exc, submitit.core.utils.UncompletedJobError):  # submitit gave up at the time limit
@@ -68,12 +69,12 @@ class SweepJob:
         return ret.return_value  # re-raises the task's exception: a non-zero exit ends the step
 
     @staticmethod
-    def _completed(run_dir: str, value: Any) -> None:
+    def _completed(run_dir: str, value: Any, app: str) -> None:
         """The return value (a number or a dict of numbers) becomes the run's final metrics, unless the
         app wrote its own (hpctrain's trainer does)."""
         summary = runfiles.read_metrics(Path(run_dir)) or {}
         fields = {} if summary.get("metrics") else {"metrics": record.numbers(value)}
-        record.completed(run_dir)
+        record.completed(run_dir, app=app)
         record.write_summary(run_dir, **fields)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:

@@ -89,7 +89,8 @@ class BaseLauncher(Launcher):
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
 
-        completed = [record.is_completed(r.run_dir) for r in runs]  # a rerun finishes what is left
+        app = record.app_fingerprint(self.task_function)
+        completed = [record.is_completed(r.run_dir, app) for r in runs]  # a rerun finishes what is left
         done = [r for r, c in zip(runs, completed) if c]
         todo = [r for r, c in zip(runs, completed) if not c]
         k = self.runs_per_task()
@@ -122,8 +123,8 @@ class BaseLauncher(Launcher):
         runfiles.write_json_atomic(payload.with_suffix(".runs.json"),
                                    [[str(r.run_dir) for r in t] if k > 1 else str(t[0].run_dir) for t in tasks])
         fraction = self.params.gpu_memory_fraction
-        job = (PackJob(str(payload), str(sweep_dir), float(fraction) if fraction else None) if k > 1
-               else SweepJob(str(payload), str(sweep_dir)))
+        job = (PackJob(str(payload), str(sweep_dir), float(fraction) if fraction else None, app) if k > 1
+               else SweepJob(str(payload), str(sweep_dir), app))
         self.record_submission(sweep_dir, todo)
         task_jobs = self.submit(tasks, job, python, sweep_dir)
         jobs = [j for t, j in zip(tasks, task_jobs) for _ in t]  # one per run: packed runs share their task's
@@ -195,7 +196,10 @@ class BaseLauncher(Launcher):
     def record_submission(self, sweep_dir: Path, runs: List[Run]) -> None:
         """Before anything starts: this submission's runs in sweep.json and in their event logs."""
         manifest = runfiles.read_manifest(sweep_dir) or {"runs": {}, "submissions": []}
-        manifest.update(launcher=self.kind, app=getattr(self.task_function, "__module__", None),
+        app = getattr(self.task_function, "__module__", None)
+        if app == "__main__":  # a script run as `python train.py`: the script is the app
+            app = os.path.abspath(sys.argv[0])
+        manifest.update(launcher=self.kind, app=app,
                         submitit_folder=str(self.params.submitit_folder), launcher_pid=os.getpid())
         manifest["submissions"].append({"time": time.time(), "job_ids": [], "runs": [r.idx for r in runs],
                                         "launcher_pid": os.getpid()})
@@ -284,14 +288,16 @@ def _check_writable(sweep_dir: Path) -> List[str]:
 
 
 def summary_lines(runs: List[Run]) -> List[str]:
-    """One line per run: its values, status, final loss, where its TensorBoard logs are."""
+    """One line per run: its values, state, final loss (or the first metric a foreign app returned), where
+    its TensorBoard logs are."""
     lines = []
     for run in runs:
-        summary = runfiles.read_metrics(run.run_dir) or {}
-        metrics = summary.get("metrics") or {}
-        name, value = next(((k, v) for k, v in metrics.items() if k == "train/loss"), next(iter(metrics.items()), ("loss", None)))
-        value_s = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
+        metrics = (runfiles.read_metrics(run.run_dir) or {}).get("metrics") or {}
+        name = "train/loss" if "train/loss" in metrics else next(iter(metrics), "loss")
+        value = metrics.get(name)
+        shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
         values = " ".join(filter_overrides(run.overrides)) or "(defaults)"
         state = record.state_of(run.run_dir) or "unknown"
-        lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name}={value_s:<8} tb={run.run_dir / runfiles.TB_DIR}")
+        lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name.split('/')[-1]}={shown:<8} "
+                     f"tb={run.run_dir / runfiles.TB_DIR}")
     return lines

@@ -13,6 +13,8 @@ from typing import Any, List
 
 from hydra.core.utils import JobReturn
 
+from hpctrain import compat
+
 from .ended import attempt_ended
 from .launcher import BaseLauncher, Run
 
@@ -97,7 +99,7 @@ class LocalLauncher(BaseLauncher):
     def _ended(self, task: List[Run], job: Any) -> bool:
         """Record a silent death and decide a retry (any rank's crash counts, any run of a pack: each
         decides for itself); True to submit the task again (its ended runs are not run again)."""
-        code = job._process.poll() if job._process is not None else None
+        code = compat.local_job_exit_code(job)
         print(f"  ended   {', '.join(f'#{run.idx}' for run in task)} (exit code {code})", flush=True)
         retries = [attempt_ended(run.run_dir, code if code is not None else -1, int(self.params.max_retries),
                                  str(job.paths.stderr)) for run in task]

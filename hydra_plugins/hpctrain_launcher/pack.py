@@ -73,13 +73,14 @@ def task_cpus() -> List[int]:
 class PackJob:
     """The callable of a packed task: runs its points side by side, each in its own process."""
 
-    def __init__(self, payload: str, sweep_dir: str, memory_fraction: Optional[float] = None) -> None:
+    def __init__(self, payload: str, sweep_dir: str, memory_fraction: Optional[float] = None, app: str = "") -> None:
         self.payload = payload
         self.sweep_dir = sweep_dir
         self.memory_fraction = memory_fraction
+        self.app = app  # the task function's fingerprint, as SweepJob records it on completion
 
     def __call__(self, points: List[Point]) -> Dict[int, str]:
-        from hpctrain import record
+        from hpctrain import compat, record
 
         todo = []
         for point in points:
@@ -90,9 +91,7 @@ class PackJob:
                 todo.append(point)
         placed = slots(len(todo), task_gpus(), task_cpus())
         self._preload()
-        import submitit
-
-        signum = submitit.JobEnvironment._usr_sig()
+        signum = compat.preemption_signal()
         submitit_handler = signal.getsignal(signum)
         preempted = []
         children: List[Tuple[Point, int]] = []
@@ -162,7 +161,7 @@ class PackJob:
                 os.sched_setaffinity(0, cpus)
             if self.memory_fraction:
                 os.environ[MEMORY_FRACTION_ENV] = str(self.memory_fraction)
-            code = child(self.payload, self.sweep_dir, json.dumps(list(point)))
+            code = child(self.payload, self.sweep_dir, json.dumps(list(point)), self.app)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -179,14 +178,12 @@ def _ranges(cpus: List[int]) -> str:
     return ",".join(map(str, cpus)) if cpus else "-"
 
 
-def child(payload: str, sweep_dir: str, point_json: str) -> int:
+def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
     """One packed run, in its own process: SweepJob as a one-run task would call it."""
-    from hpctrain import record
+    from hpctrain import compat, record
 
     idx, overrides, run_dir = json.loads(point_json)
-    import submitit
-
-    signum = submitit.JobEnvironment._usr_sig()
+    signum = compat.preemption_signal()
 
     def requeue(sig: int, frame: Any) -> None:
         """The trainer hands the signal here after its checkpoint (or it came before training began)."""
@@ -208,7 +205,7 @@ def child(payload: str, sweep_dir: str, point_json: str) -> int:
         if n:
             sys.modules["torch"].set_num_threads(int(n))
     try:
-        SweepJob(payload, sweep_dir)(idx, list(overrides), run_dir)
+        SweepJob(payload, sweep_dir, app)(idx, list(overrides), run_dir)
     except BaseException as exc:  # noqa: BLE001 - recorded by SweepJob; the exit code tells the parent
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             return 0
@@ -217,5 +214,3 @@ def child(payload: str, sweep_dir: str, point_json: str) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(child(*sys.argv[1:4]))

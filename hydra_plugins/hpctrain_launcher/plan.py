@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import OverrideType
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hpctrain.compat import apply_overrides, get_overrides_dirname
 
 Inspect = Callable[[DictConfig], List[str]]  # a point's problems, checked while its config is at hand
 
@@ -163,13 +164,13 @@ def _point_config(base: _Base, values: List[Any]) -> DictConfig:
     point replaces every one of them); else a copy of its own."""
     if not values or not all(_plain(o) for o in values):
         cfg = copy.deepcopy(base.task)
-        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        apply_overrides(values, cfg)
         return cfg
     keys = tuple(o.key_or_group for o in values)
     work = base.working.get(keys)
     if work is None:
         work = copy.deepcopy(base.task)
-    ConfigLoaderImpl._apply_overrides_to_config(values, work)  # raises on a bad value: the point's error
+    apply_overrides(values, work)  # raises on a bad value: the point's error
     base.working[keys] = work  # only once a point applied cleanly
     return work
 
@@ -177,7 +178,7 @@ def _point_config(base: _Base, values: List[Any]) -> DictConfig:
 def _maker(base: _Base, values: List[Any]) -> Callable[[], DictConfig]:
     def make() -> DictConfig:
         cfg = copy.deepcopy(base.task)
-        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        apply_overrides(values, cfg)
         return cfg
 
     return make

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from hpctrain import cluster, record
+from hpctrain import cluster, compat, record
 
 from . import arrays
 from .launcher import BaseLauncher, LaunchError, Run
@@ -52,8 +52,6 @@ class SlurmLauncher(BaseLauncher):
         return int(self.params.nodes) * self.tasks_per_node()
 
     def sbatch_parameters(self, python: str) -> Dict[str, Any]:
-        from submitit.slurm.slurm import _convert_mem
-
         values = {k: self.params[k] for k in SBATCH_NAMES if k in self.params}
         values["tasks_per_node"] = self.tasks_per_node()
         values["gpus_per_node"] = self.gpus_per_node() or None
@@ -61,7 +59,7 @@ class SlurmLauncher(BaseLauncher):
         out = {SBATCH_NAMES.get(k, k): v for k, v in values.items() if v is not None and v != {} and v != []}
         out["setup"] = values["setup"]
         if "mem" in out:
-            out["mem"] = _convert_mem(float(out["mem"]))
+            out["mem"] = compat.convert_mem(float(out["mem"]))
         out["additional_parameters"] = dict(out.get("additional_parameters") or {})
         out["srun_args"] = list(out.get("srun_args") or [])
         if not any(a.startswith(("--kill-on-bad-exit", "-K")) for a in out["srun_args"]):
@@ -138,8 +136,6 @@ class SlurmLauncher(BaseLauncher):
         return []
 
     def dry_run_text(self, tasks: List[List[Run]], python: str, sweep_dir: Path) -> str:
-        from submitit.slurm.slurm import _make_sbatch_string
-
         # absolute, as submitit makes it (Path(folder).absolute()): the text is what sbatch would get
         folder = str(Path(str(self.params.submitit_folder)).expanduser().absolute())
         command = " ".join([python, "-u -m submitit.core._submit", shlex.quote(folder)])
@@ -150,7 +146,7 @@ class SlurmLauncher(BaseLauncher):
             if chunk.size > 1:
                 params["map_count"] = chunk.size
             head = f"# array {i + 1} of {len(chunks)}: tasks {chunk.offset}..{chunk.offset + chunk.size - 1}\n"
-            texts.append((head if len(chunks) > 1 else "") + _make_sbatch_string(command=command, folder=folder,
+            texts.append((head if len(chunks) > 1 else "") + compat.make_sbatch_string(command=command, folder=folder,
                                                                               **params))
         return "\n".join(texts)
 

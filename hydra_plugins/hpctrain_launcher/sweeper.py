@@ -7,7 +7,7 @@ submitting anything, so with them that pass is skipped; with any other launcher 
 
 from typing import Sequence
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hpctrain.compat import BasicSweeper
 
 from .launcher import BaseLauncher
 

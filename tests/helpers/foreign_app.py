@@ -1,0 +1,23 @@
+"""A user's own Hydra app, as a researcher writes one: nothing of hpctrain is imported here.
+
+Its return value, a dict of numbers (or one number with ``+number_only=true``), is what hpctrain's
+launchers record as the run's final metrics.
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+
+@hydra.main(version_base="1.3", config_path=None, config_name=None)
+def main(cfg: DictConfig):
+    x = float(cfg.get("x", 0.0))
+    if cfg.get("fail_above") is not None and x > float(cfg.fail_above):
+        raise ValueError(f"x={x} is above fail_above={cfg.fail_above}")
+    loss = (x - 1.0) ** 2
+    if cfg.get("number_only"):
+        return loss
+    return {"loss": loss, "score": -abs(x - 1.0)}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Any Hydra app on hpctrain's launchers: a user's own ``@hydra.main`` script (tests/helpers/foreign_app.py,
+which imports nothing of hpctrain), swept locally and on the test cluster; its return value becomes the
+run's metrics; status, report, retries and the rerun that skips completed runs work for it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import HELPERS, hpctrain_env
+from slurm_helpers import metrics, record_kinds, run_dirs
+
+APP = HELPERS / "foreign_app.py"
+
+
+def sweep_app(args, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(APP), "-m", *args], cwd=cwd, env=hpctrain_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def review(args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hpctrain", *args], cwd=cwd, env=hpctrain_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_foreign_app_on_local_launcher(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["+x=0,1,3", "+fail_above=2", "hydra/launcher=local", "hydra.launcher.max_retries=1",
+            f"hydra.sweep.dir={sweep}"]
+    proc = sweep_app(args, tmp_path)
+    assert proc.returncode != 0 and "1 of 3 run(s) failed" in proc.stderr, proc.stdout + proc.stderr
+    zero, one, three = run_dirs(sweep)
+    assert metrics(zero)["status"] == "completed" and metrics(zero)["metrics"] == {"loss": 1.0, "score": -1.0}
+    assert metrics(one)["metrics"] == {"loss": 0.0, "score": -0.0}
+    failed = metrics(three)
+    assert failed["status"] == "failed" and "x=3.0 is above fail_above=2" in failed["error"]
+    assert record_kinds(three) == ["submitted", "started", "failed", "retrying", "started", "failed"]
+
+    status = review(["status", str(sweep)], tmp_path)
+    assert status.returncode == 1 and status.stdout.splitlines()[-1] == "3 runs: 2 completed, 1 failed"
+    report = review(["report", str(sweep), "--metric", "loss", "--mode", "min"], tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert "best: #1 x=1" in report.stdout and "loss = 0" in report.stdout
+    best = json.loads((sweep / "results.json").read_text())["best"]
+    assert best["command"].endswith(f"python {APP} +x=1 +fail_above=2"), best["command"]
+    by_score = review(["report", str(sweep), "--metric", "score", "--mode", "max"], tmp_path)
+    assert "best: #1" in by_score.stdout
+
+    again = sweep_app(args[:1] + ["+fail_above=5"] + args[2:], tmp_path)  # a changed point: only it runs
+    assert "skip 0: already completed" in again.stdout and "skip 1: already completed" in again.stdout
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_a_returned_number_is_the_metric_value(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = sweep_app(["+x=2,4", "+number_only=true", "hydra/launcher=local", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [metrics(d)["metrics"] for d in run_dirs(sweep)] == [{"value": 1.0}, {"value": 9.0}]
+    report = review(["report", str(sweep), "--metric", "value"], tmp_path)
+    assert report.returncode == 0 and "best: #0 x=2" in report.stdout, report.stdout + report.stderr
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_foreign_app_on_slurm(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = sweep_app(["+x=0,1,3", "hydra/launcher=slurm", "hydra.launcher.wait=true", f"hydra.sweep.dir={sweep}"],
+                     tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [metrics(d)["metrics"]["loss"] for d in run_dirs(sweep)] == [1.0, 0.0, 4.0]
+    report = review(["report", str(sweep), "--metric", "loss", "--mode", "min"], tmp_path)
+    assert report.returncode == 0 and "best: #1 x=1" in report.stdout, report.stdout + report.stderr
