@@ -8,6 +8,10 @@ one in twenty never started. The timed command is the whole CLI in a fresh inter
     python benchmarks/status_1000.py                      # makes a small real local sweep first (~20 s)
     python benchmarks/status_1000.py --source SWEEP_DIR   # or copies the runs of an existing sweep
 
+``--runs 10000``: a sweep past the cluster's array limit, its runs spread over arrays of 1001 tasks (as
+the launcher splits them); `squeue` and `sacct` earlier on PATH count the calls status makes (the budget:
+one squeue, at most one sacct per invocation).
+
 The last line printed is the figure.
 """
 
@@ -26,6 +30,23 @@ from typing import List
 from hpctrain import record
 
 ARRAY_ID = "987650"  # a job id the test cluster never reaches: squeue is asked and knows nothing of it
+PER_ARRAY = 1001  # Slurm's default MaxArraySize: a larger sweep is several arrays
+COUNTER = '''#!/bin/sh
+echo "$(basename "$0")" >> "$HPCTRAIN_CALLS_LOG"
+exec {real} "$@"
+'''
+
+
+def counting_bin(work: Path) -> Path:
+    """squeue and sacct wrappers that log each call, then run the real command."""
+    bin_dir = work / "bin"
+    bin_dir.mkdir()
+    for tool in ("squeue", "sacct"):
+        real = shutil.which(tool)
+        if real:
+            (bin_dir / tool).write_text(COUNTER.format(real=real))
+            (bin_dir / tool).chmod(0o755)
+    return bin_dir
 
 
 def _copy_run(src: Path, dest: Path) -> None:
@@ -60,7 +81,7 @@ def build_sweep(source: Path, dest: Path, n: int = 1000) -> Path:
         run_dir, metrics, spec = templates[i % len(templates)]
         lr = f"{10 ** -(1 + 3 * i / n):.3g}"
         name = f"{i}_lr={lr},seed={i % 7}"
-        job_id = f"{ARRAY_ID}_{i}"
+        job_id = f"{int(ARRAY_ID) + i // PER_ARRAY}_{i % PER_ARRAY}"
         runs[str(i)] = {"name": name, "run_dir": name, "overrides": [f"lr={lr}", f"seed={i % 7}"],
                         "job_id": job_id, "max_steps": metrics.get("max_steps")}
         if i % 20 == 7:
@@ -83,20 +104,26 @@ def build_sweep(source: Path, dest: Path, n: int = 1000) -> Path:
         (folder / f"{job_id}_0_log.err").write_text("RuntimeError: synthetic failure\n" if i % 10 == 9 else "")
     (dest / "sweep.json").write_text(json.dumps({
         "launcher": "slurm", "app": "hpctrain.app", "submitit_folder": str(folder),
-        "submissions": [{"time": now, "job_ids": [ARRAY_ID], "runs": list(range(n))}], "runs": runs}))
+        "submissions": [{"time": now, "job_ids": [str(int(ARRAY_ID) + a) for a in range((n + PER_ARRAY - 1) // PER_ARRAY)],
+                         "runs": list(range(n))}], "runs": runs}))
     return dest
 
 
-def time_status(sweep_dir: Path, repeats: int = 3) -> List[float]:
+def time_status(sweep_dir: Path, bin_dir: Path, repeats: int = 3) -> List[float]:
     times = []
+    log = bin_dir / "calls.log"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", HPCTRAIN_CALLS_LOG=str(log))
     for _ in range(repeats):
+        log.unlink(missing_ok=True)
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep_dir)],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, env=env)
         times.append(time.perf_counter() - t0)
         if proc.returncode not in (0, 1):
             raise SystemExit(f"status failed ({proc.returncode}):\n{proc.stderr}")
+    calls = log.read_text().split() if log.exists() else []
     print(proc.stdout.strip().splitlines()[-1])
+    print(f"calls in one status: squeue {calls.count('squeue')}, sacct {calls.count('sacct')}")
     return times
 
 
@@ -117,7 +144,7 @@ def main() -> None:
         work = Path(tmp)
         source = args.source or make_source(work)
         sweep = build_sweep(source.absolute(), work / "sweep", args.runs)
-        times = time_status(sweep)
+        times = time_status(sweep, counting_bin(work))
     print(f"status on {args.runs} runs: {min(times):.2f} s (best of {len(times)}; "
           f"median {statistics.median(times):.2f} s; whole CLI in a fresh interpreter)")
 

@@ -1,5 +1,8 @@
 """Submitting a 1000-point sweep (lr 40 values x seed 25 values) to Slurm: how long until it is queued.
 
+``--points 10000`` (a multiple of 40): lr 40 values x seed N/40 values; past the cluster's MaxArraySize
+it is queued as several arrays, one sbatch each.
+
 Runs the real command on the Slurm cluster of this machine, from a temporary directory:
 
     python -X importtime -m hpctrain -m lr=<40 values> seed=range(25) max_steps=10 hydra/launcher=slurm \
@@ -142,9 +145,10 @@ def cancel_jobs_from(cwd: Path) -> List[str]:
     return ids
 
 
-def queued_tasks(job_id: str) -> int:
-    out = subprocess.run(["squeue", "-h", "-r", "-j", job_id, "-o", "%i"], capture_output=True, text=True, timeout=60)
-    return len(out.stdout.split())
+def queued_tasks(cwd: Path) -> int:
+    """Array tasks in the queue submitted from ``cwd`` (all arrays of the sweep)."""
+    out = subprocess.run(["squeue", "-h", "-r", "-o", "%i %Z"], capture_output=True, text=True, timeout=60)
+    return sum(line.split(" ", 1)[-1] == str(cwd) for line in out.stdout.splitlines())
 
 
 def child_cpu() -> float:
@@ -168,9 +172,9 @@ def run_hpctrain(tmp: Path, bin_dir: Path, profile: bool) -> Dict[str, object]:
     try:
         if proc.returncode != 0:
             sys.exit(f"hpctrain sweep failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")
-        match = re.search(r"submitted (\d+) run\(s\) as Slurm job (\d+)", proc.stdout)
+        match = re.search(r"submitted (\d+) run\(s\) as (?:Slurm job|\d+ Slurm arrays) (\d+)", proc.stdout)
         runs, job = (int(match[1]), match[2]) if match else (0, "?")
-        tasks = queued_tasks(job) if match else 0
+        tasks = queued_tasks(cwd) if match else 0
     finally:
         cancelled = cancel_jobs_from(cwd)
     calls = sbatch_calls(log)
@@ -224,7 +228,12 @@ def main(argv: Optional[List[str]] = None) -> None:
                     help="also run hpctrain's own app through hydra-submitit-launcher (hpctrain installed "
                          "--no-deps in that venv: the login node needs no torch)")
     ap.add_argument("--profile", action="store_true", help="cProfile hpctrain's login-node process")
+    ap.add_argument("--points", type=int, default=1000, help="sweep size, a multiple of 40 (default 1000)")
+    ap.add_argument("--runs-per-task", type=int, default=1,
+                    help="hydra.launcher.runs_per_task (10,000 tasks do not fit under Slurm's default MaxJobCount)")
     args = ap.parse_args(argv)
+    SWEEP[1] = f"seed=range({args.points // 40})"
+    SWEEP.append(f"hydra.launcher.runs_per_task={args.runs_per_task}")
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="submit-sweep-") as name:
         tmp = Path(name)
@@ -232,9 +241,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         hsl = run_hsl(tmp, bin_dir, args.hsl_python, False) if args.hsl_python else None
         hsl_app = run_hsl(tmp, bin_dir, args.hsl_python, True) if args.hsl_python and args.hsl_hpctrain_app else None
         ours = run_hpctrain(tmp, bin_dir, args.profile)
-    print(f"sweep: {len(LRS)} lr x 25 seed = {len(LRS) * 25} points; cpus: {os.cpu_count()}; "
+    print(f"sweep: {len(LRS)} lr x {args.points // 40} seed = {args.points // 40 * 40} points; cpus: {os.cpu_count()}; "
           f"load average at start: {load[0]:.1f} (other work on the machine slows the wall times)")
-    print(f"hpctrain: {ours['runs']} runs as Slurm job {ours['job']} ({ours['queued_tasks']} array tasks queued, "
+    print(f"hpctrain: {ours['runs']} runs as Slurm job {ours['job']} ({ours['queued_tasks']} array tasks queued in all, "
           f"held; cancelled {', '.join(ours['cancelled']) or 'nothing'})")
     print(f"hpctrain: sbatch calls: {ours['sbatch_calls']}")
     print(f"hpctrain: torch imported on the login node: {'YES' if ours['torch'] else 'no'} "

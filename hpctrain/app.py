@@ -77,5 +77,7 @@ def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:
 
 # The launcher calls this on the login node for every sweep point before submitting anything.
 train.validate_job = validate_job  # type: ignore[attr-defined]
+# Packed runs (runs_per_task > 1) are forked from one process per task that imports these first.
+train.preload = ("hpctrain.trainer", "hpctrain.distributed")  # type: ignore[attr-defined]
 
 main = hydra.main(version_base="1.3", config_path="pkg://hpctrain.conf", config_name="config")(train)

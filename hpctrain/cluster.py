@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Generic, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
@@ -374,6 +374,8 @@ def parse_config(text: str) -> Dict[str, str]:
 class ArrayLimits:
     max_array_size: int  # the largest array INDEX is max_array_size - 1
     max_array_tasks: Optional[int]  # SchedulerParameters max_array_tasks (tasks per array), if set
+    # MaxJobCount: jobs (array tasks one by one) slurmctld holds at once; not part of the array limits' equality
+    max_job_count: Optional[int] = field(default=None, compare=False)
 
     @property
     def tasks_per_array(self) -> int:
@@ -384,7 +386,7 @@ class ArrayLimits:
 def array_limits_from(config: Dict[str, str]) -> ArrayLimits:
     size = _int(config.get("MaxArraySize"), DEFAULT_MAX_ARRAY_SIZE) or DEFAULT_MAX_ARRAY_SIZE
     m = re.search(r"(?:^|,)max_array_tasks=(\d+)", config.get("SchedulerParameters", ""))
-    return ArrayLimits(size, int(m.group(1)) if m else None)
+    return ArrayLimits(size, int(m.group(1)) if m else None, _int(config.get("MaxJobCount")) or None)
 
 
 def array_limits() -> ArrayLimits:
@@ -398,3 +400,54 @@ def _int(value: Optional[str], default: int = 0) -> int:
         return int(str(value).strip())
     except (TypeError, ValueError):
         return default
+
+
+# ---------------------------------------------------------------- queue caps (accounting)
+def _user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+def parse_max_submit(assoc_text: str, qos_text: str, account: Optional[str], qos: Optional[str],
+                     user: str) -> Optional[Tuple[int, str]]:
+    """The tightest cap on this user's jobs in the queue, and who sets it.
+
+    ``assoc_text``: ``sacctmgr -n -P show assoc where user=USER format=Account,User,MaxSubmit,QOS,DefaultQOS``;
+    ``qos_text``: ``sacctmgr -n -P show qos format=Name,MaxSubmitPU``. The association is the one of
+    ``account`` (else the user's first); the QOS is ``qos``, else the association's default QOS.
+    """
+    rows = [line.split("|") for line in assoc_text.splitlines() if line.count("|") >= 4]
+    rows = [r for r in rows if r[1] == user]
+    if account:
+        rows = [r for r in rows if r[0] == account]
+    caps: List[Tuple[int, str]] = []
+    chosen_qos = qos
+    if rows:
+        acct, _, max_submit, _, default_qos = rows[0][:5]
+        if max_submit.strip().isdigit():
+            caps.append((int(max_submit), f"the association of user {user}, account {acct}"))
+        chosen_qos = chosen_qos or default_qos.strip() or None
+    for line in qos_text.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 2 and chosen_qos and parts[0] == chosen_qos and parts[1].strip().isdigit():
+            caps.append((int(parts[1]), f"QOS {chosen_qos} (MaxSubmitJobsPerUser)"))
+    return min(caps) if caps else None
+
+
+def max_submit_jobs(account: Optional[str] = None, qos: Optional[str] = None) -> Optional[Tuple[int, str]]:
+    """``(cap, who sets it)`` on the user's jobs in the queue; ``None`` when none is set or sacctmgr
+    does not answer (no accounting): then nothing is checked up front and sbatch has the last word."""
+    user = _user()
+    assoc = run(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
+                 "format=Account,User,MaxSubmit,QOS,DefaultQOS"], timeout_s=15)
+    if assoc.stdout is None:
+        return None
+    qos_ans = run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxSubmitPU"], timeout_s=15)
+    return parse_max_submit(assoc.stdout, qos_ans.stdout or "", account, qos, user)
+
+
+def jobs_in_queue_of_user() -> Optional[int]:
+    """How many jobs (array tasks one by one) the user has in the queue; None when squeue fails."""
+    ans = run(["squeue", "-h", "-r", "-u", _user(), "-o", "%i"])
+    return None if ans.stdout is None else len(ans.stdout.split())

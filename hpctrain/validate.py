@@ -8,7 +8,7 @@ import ast
 import functools
 import importlib.util
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -20,14 +20,16 @@ def validate_job(cfg: DictConfig, world_size: int = 1) -> List[str]:
     """Every problem of this config, each one line naming the key, the value and what is expected."""
     problems: List[str] = []
     try:
-        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", "") or "config"
         return [f"{key}: {str(exc).splitlines()[0]}"]
+    # the checks read the resolved plain copy: DictConfig attribute access cost more than the resolve
+    cfg = _Plain(plain)  # type: ignore[assignment]
 
     def expect(ok: bool, key: str, what: str) -> None:
         if not ok:
-            problems.append(f"{key}={OmegaConf.select(cfg, key)!r}: expected {what}")
+            problems.append(f"{key}={_select(plain, key)!r}: expected {what}")
 
     expect(cfg.lr > 0, "lr", "a number > 0")
     expect(cfg.max_steps > 0, "max_steps", "an integer > 0")
@@ -47,43 +49,66 @@ def validate_job(cfg: DictConfig, world_size: int = 1) -> List[str]:
             f"batch_size={cfg.batch_size}: expected a multiple of world_size x grad_accum = "
             f"{world_size} x {cfg.grad_accum} (the batch is global)"
         )
-    train_size = OmegaConf.select(cfg, "data.train_size")
+    train_size = _select(plain, "data.train_size")
     if isinstance(train_size, int) and cfg.batch_size > train_size:
         problems.append(f"batch_size={cfg.batch_size}: larger than data.train_size={train_size} "
                         f"(one step would need more samples than the data set has)")
     for key in ("num_classes", "num_features", "vocab_size", "seq_len", "train_size"):
-        value = OmegaConf.select(cfg, f"data.{key}")
+        value = _select(plain, f"data.{key}")
         minimum = 2 if key in ("num_classes", "vocab_size") else 1
         if isinstance(value, int) and value < minimum:
             problems.append(f"data.{key}={value}: expected an integer >= {minimum}")
     for group in ("model", "data", "optim", "loss"):
-        target = OmegaConf.select(cfg, f"{group}._target_")
+        target = _select(plain, f"{group}._target_")
         error = target_error(target) if isinstance(target, str) else "a class path such as pkg.module.Class"
         if error:
             problems.append(f"{group}._target_={target!r}: {error}")
-    problems += _metrics_problems(cfg)
+    problems += _metrics_problems(plain)
     return problems
 
 
-def logged_metrics(cfg: DictConfig) -> List[str]:
-    """The metric names a run of this config logs (val/* when the data has a validation split)."""
-    names = ["train/loss", "train/lr", "val/loss"] + [f"val/{name}" for name in cfg.metrics]
-    return names + (["train/grad_norm"] if cfg.grad_clip > 0 else [])
+def logged_metrics(cfg: Mapping[str, Any]) -> List[str]:
+    """The metric names a run of this config logs (val/* when the data has a validation split). ``cfg``: the
+    composed config or its resolved plain copy."""
+    names = ["train/loss", "train/lr", "val/loss"] + [f"val/{name}" for name in (cfg.get("metrics") or {})]
+    return names + (["train/grad_norm"] if (cfg.get("grad_clip") or 0) > 0 else [])
 
 
-def _metrics_problems(cfg: DictConfig) -> List[str]:
+def _metrics_problems(cfg: Mapping[str, Any]) -> List[str]:
     problems = []
-    for name, node in cfg.metrics.items():
-        target = node.get("_target_") if isinstance(node, DictConfig) else None
+    for name, node in (cfg.get("metrics") or {}).items():
+        target = node.get("_target_") if isinstance(node, Mapping) else None
         error = target_error(target) if isinstance(target, str) else "expected {_target_: pkg.module.function}"
         if error:
             problems.append(f"metrics.{name}._target_={target!r}: {error}")
-    if cfg.objective.mode not in OBJECTIVE_MODES:
-        problems.append(f"objective.mode={cfg.objective.mode!r}: expected one of {', '.join(OBJECTIVE_MODES)}")
-    if cfg.objective.metric not in logged_metrics(cfg):
-        problems.append(f"objective.metric={cfg.objective.metric!r}: no run of this config logs it; expected one "
+    objective = cfg.get("objective") or {}
+    metric, mode = objective.get("metric"), objective.get("mode")
+    if mode not in OBJECTIVE_MODES:
+        problems.append(f"objective.mode={mode!r}: expected one of {', '.join(OBJECTIVE_MODES)}")
+    if metric not in logged_metrics(cfg):
+        problems.append(f"objective.metric={metric!r}: no run of this config logs it; expected one "
                         f"of {', '.join(logged_metrics(cfg))} (each of metrics.<name> logs val/<name>)")
     return problems
+
+
+class _Plain:
+    """Attribute access to a resolved config's plain dict (``cfg.lr``)."""
+
+    def __init__(self, data: Any) -> None:
+        self._data = data
+
+    def __getattr__(self, name: str) -> Any:
+        value = self._data.get(name) if isinstance(self._data, dict) else None
+        return _Plain(value) if isinstance(value, dict) else value
+
+
+def _select(data: Any, key: str) -> Any:
+    """``OmegaConf.select`` on the plain dict: None where any part of the dotted key is missing."""
+    for part in key.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
 
 
 @functools.lru_cache(maxsize=None)

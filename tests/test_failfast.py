@@ -49,6 +49,14 @@ CASES = [
     (["hydra.launcher.nodes=2", "batch_size=63"], "batch_size=63: expected a multiple of world_size x grad_accum = 2 x 1"),
     (["hydra.launcher.timeout_min=0"], "hydra.launcher.timeout_min=0: expected an integer > 0"),
     (["hydra.launcher.max_retries=-1"], "hydra.launcher.max_retries=-1: expected an integer >= 0"),
+    # packing (runs_per_task)
+    (["hydra.launcher.runs_per_task=0"], "hydra.launcher.runs_per_task=0: expected an integer >= 1"),
+    (["hydra.launcher.runs_per_task=2", "hydra.launcher.tasks_per_node=2"],
+     "hydra.launcher.runs_per_task=2: only single-rank runs can be packed; these runs have 2 ranks"),
+    (["hydra.launcher.runs_per_task=4", "hydra.launcher.nodes=2"],
+     "hydra.launcher.runs_per_task=4: only single-rank runs can be packed; these runs have 2 ranks"),
+    (["hydra.launcher.runs_per_task=2", "hydra.launcher.gpu_memory_fraction=1.5"],
+     "hydra.launcher.gpu_memory_fraction=1.5: expected a number in (0, 1]"),
     # container
     (["hydra.launcher.container.image=/nonexistent/img.sif"], "hydra.launcher.container.image='/nonexistent/img.sif': file not found"),
     (["hydra.launcher.container.image=__tmp__"], "not a readable file"),

@@ -35,6 +35,8 @@ class BaseLauncherConf:
     setup: List[str] = field(default_factory=list)  # shell lines run before the job's tasks start
     env: Dict[str, str] = field(default_factory=dict)  # variables exported for the job
     python: Optional[str] = None  # interpreter on the compute node; default: this one
+    runs_per_task: int = 1  # k single-rank sweep points side by side in each task (pack.py)
+    gpu_memory_fraction: Optional[float] = None  # packed runs: each run's cap on its GPU's memory, (0, 1]
     container: ContainerConf = field(default_factory=ContainerConf)
     # the code every task runs, copied once per submission into the sweep dir (hpctrain/snapshot.py):
     # false turns it off; `paths` adds files or directories; `max_mb` caps its size. Typed Any so that

@@ -1,7 +1,8 @@
 """After an attempt's tasks all ended: the one place that records a silent death and decides a retry.
 
 The Slurm job script runs this right after ``srun`` (``python -m hydra_plugins.hpctrain_launcher.ended
-RUNS INDEX RC MAX_RETRIES [LOG]``); the local launcher calls :func:`attempt_ended` when a job's process
+RUNS INDEX RC MAX_RETRIES [LOG]``; INDEX counts from the start of the submission across its arrays, and a
+packed task's entry in RUNS lists its runs); the local launcher calls :func:`attempt_ended` when a job's process
 ends. A run whose record still says running when its tasks are gone died without a word (killed, out
 of memory, node failure): it is recorded failed. A failed attempt, whichever rank crashed, is retried
 while the budget lasts: ``retrying`` in the record, then the job is requeued (Slurm) or submitted
@@ -35,17 +36,22 @@ def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log
 
 def main(argv: list) -> int:
     runs_file, index, exit_code, max_retries = argv[0], int(argv[1] or 0), int(argv[2]), int(argv[3])
-    run_dirs = json.loads(Path(runs_file).read_text())
-    if not 0 <= index < len(run_dirs):
+    tasks = json.loads(Path(runs_file).read_text())
+    if not 0 <= index < len(tasks):
         return 0
-    if attempt_ended(Path(run_dirs[index]), exit_code, max_retries, argv[4] if len(argv) > 4 else "") is not None:
+    # one run dir per task, or the list of a packed task's run dirs (runs_per_task > 1)
+    run_dirs = [Path(d) for d in (tasks[index] if isinstance(tasks[index], list) else [tasks[index]])]
+    log = argv[4] if len(argv) > 4 else ""
+    retries = [attempt_ended(d, exit_code, max_retries, log) for d in run_dirs]  # every run decides, none skipped
+    if any(r is not None for r in retries):
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
         job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job_id else os.environ.get("SLURM_JOB_ID", "")
         ans = cluster.requeue(job_id)
-        if ans.stdout is None:  # the retry cannot happen: the run ends failed, saying why
-            run_dir = Path(run_dirs[index])
-            record.failed(run_dir, f"retry not possible: scontrol requeue {job_id} failed: {ans.error}")
-            record.write_summary(run_dir)
+        if ans.stdout is None:  # the retry cannot happen: the runs end failed, saying why
+            for run_dir, retry in zip(run_dirs, retries):
+                if retry is not None:
+                    record.failed(run_dir, f"retry not possible: scontrol requeue {job_id} failed: {ans.error}")
+                    record.write_summary(run_dir)
             print(f"hpctrain: scontrol requeue {job_id} failed: {ans.error}", file=sys.stderr)
             return 1
     return 0

@@ -66,10 +66,15 @@ class BaseLauncher(Launcher):
     def check_resources(self) -> List[str]:
         return []
 
-    def submit(self, runs: List[Run], job: Any, python: str, sweep_dir: Path) -> List[Any]:
+    def submit(self, tasks: List[List[Run]], job: Any, python: str, sweep_dir: Path) -> List[Any]:
+        """Submit one task per entry of ``tasks`` (one run each, or a pack); one submitit job per task."""
         raise NotImplementedError
 
-    def dry_run_text(self, runs: List[Run], python: str, sweep_dir: Path) -> str:
+    def check_queue(self, n_tasks: int) -> List[str]:
+        """Problems with queueing ``n_tasks`` tasks (a cap on jobs in the queue); none by default."""
+        return []
+
+    def dry_run_text(self, tasks: List[List[Run]], python: str, sweep_dir: Path) -> str:
         return ""
 
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
@@ -81,8 +86,11 @@ class BaseLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         exclude_constant_keys(self.config, job_overrides)
-        runs, problems = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx)
-        problems += self.check(runs, sweep_dir)
+        validate = getattr(self.task_function, "validate_job", None)
+        world_size = self.world_size()
+        inspect = (lambda cfg: validate(cfg, world_size=world_size)) if validate is not None else None
+        runs, problems = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx, inspect)
+        problems = self.check(runs, sweep_dir) + problems
         if problems:
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
@@ -91,13 +99,19 @@ class BaseLauncher(Launcher):
         completed = [record.is_completed(r.run_dir, app) for r in runs]  # a rerun finishes what is left
         done = [r for r, c in zip(runs, completed) if c]
         todo = [r for r, c in zip(runs, completed) if not c]
+        k = self.runs_per_task()
+        tasks = [todo[i:i + k] for i in range(0, len(todo), k)]  # ceil(N / k) tasks
+        problems = self.check_queue(len(tasks)) if todo else []
+        if problems:
+            raise LaunchError(f"nothing submitted: {problems[0]}")
         for r in done:
             print(f"  skip {r.name}: already completed")
         python = self.python_command(sweep_dir)
         self.base = self.submission_base(sweep_dir)
         if self.params.dry_run:
-            print(self.dry_run_text(todo, python, sweep_dir))
-            print(f"runs ({len(todo)} to submit, {len(done)} already completed):")
+            print(self.dry_run_text(tasks, python, sweep_dir))
+            packed = f" as {len(tasks)} task(s)" if k > 1 else ""
+            print(f"runs ({len(todo)} to submit{packed}, {len(done)} already completed):")
             for r in todo:
                 print(f"  {r.idx:>4}  {r.run_dir}")
             self.say_snapshot(dry_run=True)
@@ -108,21 +122,39 @@ class BaseLauncher(Launcher):
             return [self._placeholder(r, JobStatus.COMPLETED) for r in runs]
 
         from .job import SweepJob, save_payload
+        from .pack import PackJob
 
         payload = self.base.with_suffix(".pkl")
         context = self.take_snapshot(sweep_dir, [r.idx for r in todo], python)
         save_payload(payload, context, self.task_function, self.config)
-        runfiles.write_json_atomic(payload.with_suffix(".runs.json"), [str(r.run_dir) for r in todo])
-        job = SweepJob(str(payload), str(sweep_dir), app)
+        # per task: its run dir, or a packed task's list of run dirs (read by ended.py after each attempt)
+        runfiles.write_json_atomic(payload.with_suffix(".runs.json"),
+                                   [[str(r.run_dir) for r in t] if k > 1 else str(t[0].run_dir) for t in tasks])
+        fraction = self.params.gpu_memory_fraction
+        job = (PackJob(str(payload), str(sweep_dir), float(fraction) if fraction else None, app) if k > 1
+               else SweepJob(str(payload), str(sweep_dir), app))
         self.record_submission(sweep_dir, todo)
-        jobs = self.submit(todo, job, python, sweep_dir)
+        task_jobs = self.submit(tasks, job, python, sweep_dir)
+        jobs = [j for t, j in zip(tasks, task_jobs) for _ in t]  # one per run: packed runs share their task's
         self.record_job_ids(sweep_dir, {r.idx: str(j.job_id) for r, j in zip(todo, jobs)})
         if self.record_path is not None:
             provenance.add_job_ids(self.record_path, [str(j.job_id) for j in jobs])
         return self.finish(todo, jobs, sweep_dir)
 
+    def runs_per_task(self) -> int:
+        return max(1, int(self.params.get("runs_per_task") or 1))
+
+    @staticmethod
+    def task_args(tasks: List[List[Run]], packed: bool) -> List[List[Any]]:
+        """submitit ``map_array`` arguments, one list per parameter: (idx, overrides, run_dir) per task, or
+        one list of such points per packed task."""
+        if packed:
+            return [[[(r.idx, r.overrides, str(r.run_dir)) for r in t] for t in tasks]]
+        return [[t[0].idx for t in tasks], [t[0].overrides for t in tasks], [str(t[0].run_dir) for t in tasks]]
+
     def check(self, runs: List[Run], sweep_dir: Path) -> List[str]:
-        """Every problem at once: launcher settings, then each sweep point's config."""
+        """Every problem of the launcher settings at once (each sweep point's config is checked by plan_runs,
+        with the app's ``validate_job``, while its config is at hand)."""
         problems = self.check_resources()
         c = self.params.container
         problems += check_container(c.image, c.runtime, list(c.binds))
@@ -135,18 +167,28 @@ class BaseLauncher(Launcher):
         for key in ("max_retries", "max_num_timeout", "signal_delay_s"):
             if int(self.params[key]) < 0:
                 problems.append(f"hydra.launcher.{key}={self.params[key]}: expected an integer >= 0")
+        problems += self.check_packing()
         if int(self.params.timeout_min) <= 0:
             problems.append(f"hydra.launcher.timeout_min={self.params.timeout_min}: expected an integer > 0")
         problems += self.plan_snapshot(sweep_dir)
-        validate = getattr(self.task_function, "validate_job", None)
-        if validate is not None:
+        if getattr(self.task_function, "validate_job", None) is not None:
             gpus, tasks = self.gpus_per_node(), self.tasks_per_node()
             if 0 < gpus < tasks:  # hpctrain's ranks take one GPU each
                 problems.append(f"hydra.launcher.tasks_per_node={tasks}: more than gpus_per_node={gpus}; "
                                 f"ranks would share a GPU (NCCL refuses that)")
-            for run in runs:
-                for p in validate(run.cfg, world_size=self.world_size()):
-                    problems.append(f"run {run.idx} ({' '.join(run.overrides) or 'no overrides'}): {p}")
+        return problems
+
+    def check_packing(self) -> List[str]:
+        k = self.params.get("runs_per_task", 1)
+        if k is None or int(k) < 1:
+            return [f"hydra.launcher.runs_per_task={k}: expected an integer >= 1"]
+        problems = []
+        if int(k) > 1 and self.world_size() > 1:
+            problems.append(f"hydra.launcher.runs_per_task={k}: only single-rank runs can be packed; these runs have "
+                            f"{self.world_size()} ranks (nodes x tasks_per_node); use runs_per_task=1")
+        fraction = self.params.get("gpu_memory_fraction")
+        if fraction is not None and not 0 < float(fraction) <= 1:
+            problems.append(f"hydra.launcher.gpu_memory_fraction={fraction}: expected a number in (0, 1]")
         return problems
 
     def python_command(self, sweep_dir: Path) -> str:
@@ -230,7 +272,7 @@ class BaseLauncher(Launcher):
                 "run_dir": os.path.relpath(run.run_dir, sweep_dir),
                 "overrides": run.overrides,
                 "job_id": None,  # filled in once the job exists
-                "max_steps": OmegaConf.select(run.cfg, "max_steps", default=None),
+                "max_steps": run.max_steps,
             }
         runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
 
@@ -256,6 +298,13 @@ class BaseLauncher(Launcher):
     def _collect(self, run: Run, job: Any) -> JobReturn:
         """Rank 0's JobReturn as Hydra's ``run_job`` made it (cfg, hydra_cfg, task_name, working_dir, the
         return value), or the job's exception as a failed JobReturn."""
+        if self.runs_per_task() > 1:  # a packed task returns no JobReturn per run: its record says
+            status = JobStatus.COMPLETED if record.is_completed(run.run_dir) else JobStatus.FAILED
+            ret = self._placeholder(run, status)
+            summary = runfiles.read_metrics(run.run_dir) or {}
+            ret._return_value = summary.get("metrics") if status == JobStatus.COMPLETED else RuntimeError(
+                str(summary.get("error") or f"run {run.idx} ended {record.state_of(run.run_dir)}"))
+            return ret
         try:
             ret = job.results()[0]
         except Exception as exc:  # noqa: BLE001 - a failed run is reported, the sweep goes on
@@ -269,14 +318,30 @@ class BaseLauncher(Launcher):
 
     def _placeholder(self, run: Run, status: JobStatus) -> JobReturn:
         """A JobReturn for a run whose job gave none (skipped, dry run, not waited for, died)."""
-        ret = JobReturn(overrides=run.overrides, status=status, _return_value=None, cfg=run.cfg,
-                        task_name=str(self.config.hydra.job.name) if self.config is not None else None)
+        ret = _PlanReturn(overrides=run.overrides, status=status, _return_value=None,
+                          task_name=str(self.config.hydra.job.name) if self.config is not None else None)
+        ret.run = run
         ret.working_dir = str(run.run_dir)
         return ret
 
 
 def _cwd() -> Path:
     return Path(os.path.realpath(os.getcwd()))
+
+
+class _PlanReturn(JobReturn):
+    """A JobReturn whose ``cfg`` (the point's config) is built only when read: 10,000 placeholders of an
+    unwaited sweep would otherwise cost a config copy each."""
+
+    run: Optional[Run] = None
+
+    @property  # type: ignore[override]
+    def cfg(self) -> Optional[DictConfig]:
+        return self.run.cfg if self.run is not None else None
+
+    @cfg.setter
+    def cfg(self, value: Optional[DictConfig]) -> None:
+        pass  # always the run's own
 
 
 def _check_writable(sweep_dir: Path) -> List[str]:

@@ -78,7 +78,7 @@ class LocalLauncher(BaseLauncher):
                             f"({','.join(map(str, gpus)) or 'none'})")
         return problems
 
-    def submit(self, runs: List[Run], job: Any, python: str, sweep_dir: Path) -> List[Any]:
+    def submit(self, tasks: List[List[Run]], job: Any, python: str, sweep_dir: Path) -> List[Any]:
         import submitit
 
         executor = submitit.LocalExecutor(
@@ -92,35 +92,39 @@ class LocalLauncher(BaseLauncher):
             signal_delay_s=int(self.params.signal_delay_s),
             setup=self.setup_lines(),
         )
-        print(f"hpctrain: {len(runs)} run(s) on this machine, {parallel} at a time, "
+        k = self.runs_per_task()
+        what = f"{parallel} task(s) at a time, {k} runs side by side in each" if k > 1 else f"{parallel} at a time"
+        print(f"hpctrain: {sum(map(len, tasks))} run(s) on this machine, {what}, "
               f"{self.tasks_per_node()} rank(s) each; sweep dir {sweep_dir}")
         free = gpu_slots(visible_gpus(), per_run, parallel)  # physical indices, disjoint
-        pending, running, jobs = list(runs), {}, {}
-        by_idx = {r.idx: r for r in runs}
+        args = self.task_args(tasks, k > 1)
+        pending, running, jobs = list(range(len(tasks))), {}, {}
         while pending or running:
             while pending and free:
-                run, gpus = pending.pop(0), free.pop(0)
+                t, gpus = pending.pop(0), free.pop(0)
                 executor.update_parameters(visible_gpus=tuple(gpus))
-                jobs[run.idx] = submitted = executor.submit(job, run.idx, run.overrides, str(run.run_dir))
-                running[run.idx] = (submitted, gpus)
-                self.record_job_ids(sweep_dir, {run.idx: str(submitted.job_id)})
-                print(f"  started #{run.idx} {run.name} (job {submitted.job_id})", flush=True)
-            for idx, (submitted, gpus) in list(running.items()):
+                jobs[t] = submitted = executor.submit(job, *[a[t] for a in args])
+                running[t] = (submitted, gpus)
+                self.record_job_ids(sweep_dir, {run.idx: str(submitted.job_id) for run in tasks[t]})
+                names = ", ".join(f"#{run.idx} {run.name}" for run in tasks[t])
+                print(f"  started {names} (job {submitted.job_id})", flush=True)
+            for t, (submitted, gpus) in list(running.items()):
                 if submitted.done():
-                    del running[idx]
+                    del running[t]
                     free.append(gpus)
-                    if self._ended(by_idx[idx], submitted):
-                        pending.insert(0, by_idx[idx])  # retried: submitted again, first in line
+                    if self._ended(tasks[t], submitted):
+                        pending.insert(0, t)  # retried: submitted again, first in line
             time.sleep(0.2)
-        return [jobs[r.idx] for r in runs]
+        return [jobs[t] for t in range(len(tasks))]
 
-    def _ended(self, run: Run, job: Any) -> bool:
-        """Record a silent death and decide a retry (any rank's crash counts); True to submit it again."""
+    def _ended(self, task: List[Run], job: Any) -> bool:
+        """Record a silent death and decide a retry (any rank's crash counts, any run of a pack: each
+        decides for itself); True to submit the task again (its ended runs are not run again)."""
         code = compat.local_job_exit_code(job)
-        print(f"  ended   #{run.idx} (exit code {code})", flush=True)
-        retry = attempt_ended(run.run_dir, code if code is not None else -1, int(self.params.max_retries),
-                              str(job.paths.stderr))
-        return retry is not None
+        print(f"  ended   {', '.join(f'#{run.idx}' for run in task)} (exit code {code})", flush=True)
+        retries = [attempt_ended(run.run_dir, code if code is not None else -1, int(self.params.max_retries),
+                                 str(job.paths.stderr)) for run in task]
+        return any(r is not None for r in retries)
 
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         return self.report_results(runs, [self._collect(run, job) for run, job in zip(runs, jobs)], sweep_dir)

@@ -2,21 +2,38 @@
 
 Hydra's own launchers compose every point from scratch (tens of ms each: 40+ s for 1000 points).
 Here a point's config-group choices (``model=cnn``) are composed by Hydra once per distinct set, and
-the plain value overrides (``lr=1e-3``) are applied to a copy with Hydra's own override machinery,
-so the type checks of the structured configs still apply. The job on the compute node composes its
-config again with Hydra in full; this plan only validates and names runs.
+the plain value overrides (``lr=1e-3``) are applied with Hydra's own override machinery, so the type
+checks of the structured configs still apply. The job on the compute node composes its config again
+with Hydra in full; this plan only validates and names runs.
+
+What keeps 10,000 points fast (profiled: per-point deep copies, Hydra's override parser and the
+interpolation grammar were nearly all of the time):
+- each distinct override string is parsed once (a 10,000-point grid has a few hundred);
+- points that set the same keys to plain values (``lr=...,seed=...``) share ONE working config: each
+  point's values replace the previous point's, the point is checked (``inspect``) right then, and its
+  own config is only built again when someone asks for ``Run.cfg``;
+- the run dir name is filled in from ``hydra.sweep.subdir`` by plain substitution when that template
+  only uses ``${hydra.job.*}`` values (Hydra's default), else resolved by OmegaConf, with OmegaConf's
+  interpolation grammar parsed once per distinct string while the plan is made (:func:`_parse_once`:
+  ANTLR parsing was 2 ms per interpolation, four per point).
 """
 
+import contextlib
 import copy
-from dataclasses import dataclass
+import functools
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import OverrideType
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hpctrain.compat import apply_overrides, get_overrides_dirname
+
+Inspect = Callable[[DictConfig], List[str]]  # a point's problems, checked while its config is at hand
 
 
 @dataclass
@@ -24,7 +41,17 @@ class Run:
     idx: int
     overrides: List[str]
     run_dir: Path
-    cfg: DictConfig  # the app's config for this point (no hydra node): what the task function gets
+    max_steps: Any = None
+    _make_cfg: Optional[Callable[[], DictConfig]] = field(default=None, repr=False)
+    _cfg: Optional[DictConfig] = field(default=None, repr=False)
+
+    @property
+    def cfg(self) -> DictConfig:
+        """The app's config for this point (no hydra node): what the task function gets. Built on demand."""
+        if self._cfg is None:
+            assert self._make_cfg is not None
+            self._cfg = self._make_cfg()
+        return self._cfg
 
     @property
     def name(self) -> str:
@@ -40,62 +67,172 @@ class _Base:
     sweep_dir: str
     job_name: str
     dirname: Dict[str, Any]  # hydra.job.config.override_dirname
+    template: Optional[List[Tuple[str, Optional[str]]]]  # subdir as (text, hydra.job key) pieces; None: resolve
+    working: Dict[Tuple[str, ...], DictConfig] = field(default_factory=dict)  # shared config per set of keys
+    naming: Optional[DictConfig] = None  # hydra.job values and hydra.sweep.subdir, to resolve run dir names
+
+
+class OverrideCache:
+    """Hydra's override parser, once per distinct override string."""
+
+    def __init__(self) -> None:
+        self.parser = OverridesParser.create()
+        self.parsed: Dict[str, Any] = {}
+
+    def __call__(self, overrides: Sequence[str]) -> List[Any]:
+        out = []
+        for line in overrides:
+            o = self.parsed.get(line)
+            if o is None:
+                o = self.parsed[line] = self.parser.parse_overrides([line])[0]
+            out.append(o)
+        return out
+
+
+@contextlib.contextmanager
+def _parse_once() -> Iterator[None]:
+    """OmegaConf's interpolation parser memoized per string, for the duration of the plan.
+
+    ``omegaconf.base.parse`` builds an ANTLR parse tree for every interpolation it resolves; the
+    trees are only read (visited) afterwards, so one tree per distinct string serves every point.
+    """
+    import omegaconf.base as ombase
+
+    original = ombase.parse
+    ombase.parse = functools.lru_cache(maxsize=4096)(original)
+    try:
+        yield
+    finally:
+        ombase.parse = original
 
 
 def plan_runs(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
-              first_idx: int) -> Tuple[List[Run], List[str]]:
-    """The runs of the good points, and one line per bad point (all of them, not just the first)."""
+              first_idx: int, inspect: Optional[Inspect] = None) -> Tuple[List[Run], List[str]]:
+    """The runs of the good points, and one line per bad point (all of them, not just the first).
+
+    ``inspect`` is called on every point's config (validation): its lines are that point's problems.
+    """
+    with _parse_once():
+        return _plan(ctx, config, job_overrides, first_idx, inspect)
+
+
+def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
+          first_idx: int, inspect: Optional[Inspect]) -> Tuple[List[Run], List[str]]:
     loader = ctx.config_loader
-    parser = OverridesParser.create()
+    parse = OverrideCache()
     repo = getattr(loader, "repository", None)
+    is_group: Dict[str, bool] = {}
     bases: Dict[Tuple[str, ...], _Base] = {}
     runs: List[Run] = []
     errors: List[str] = []
     for offset, overrides in enumerate(job_overrides):
         idx = first_idx + offset
         try:
-            parsed = parser.parse_overrides(list(overrides))
+            parsed = parse(overrides)
             if any(o.key_or_group.startswith("hydra") for o in parsed):
                 run = _full_compose(loader, config, parsed, idx, list(overrides))  # rare: Hydra itself swept
+                cfg = run.cfg
             else:
-                is_group = [repo is not None and repo.group_exists(o.key_or_group.split("@")[0]) for o in parsed]
-                groups = tuple(o.input_line for o, g in zip(parsed, is_group) if g)
+                for o in parsed:
+                    if o.key_or_group not in is_group:
+                        is_group[o.key_or_group] = repo is not None and repo.group_exists(o.key_or_group.split("@")[0])
+                groups = tuple(o.input_line for o in parsed if is_group[o.key_or_group])
                 if groups not in bases:
                     bases[groups] = _split(loader.load_sweep_config(config, list(groups)))
                 base = bases[groups]
-                cfg = copy.deepcopy(base.task)
-                apply_overrides([o for o, g in zip(parsed, is_group) if not g], cfg)
-                run_dir = _run_dir(base, parsed, idx)
-                run = Run(idx=idx, overrides=list(overrides), run_dir=run_dir, cfg=cfg)
+                values = [o for o in parsed if not is_group[o.key_or_group]]
+                cfg = _point_config(base, values)
+                run = Run(idx=idx, overrides=list(overrides), run_dir=_run_dir(base, parsed, idx),
+                          _make_cfg=_maker(base, values))
+            run.max_steps = OmegaConf.select(cfg, "max_steps", default=None)
+            problems = inspect(cfg) if inspect is not None else []
         except Exception as exc:  # noqa: BLE001 - every bad point is reported, not just the first
             errors.append(f"run {idx} ({' '.join(overrides)}): {_one_line(exc)}")
             continue
+        errors += [f"run {idx} ({' '.join(overrides) or 'no overrides'}): {p}" for p in problems]
         runs.append(run)
     return runs, errors
+
+
+def _plain(o: Any) -> bool:
+    """An override that sets an existing key to a plain value: applying it again replaces it wholly."""
+    return o.type in (OverrideType.CHANGE, OverrideType.FORCE_ADD) and not isinstance(o.value(), (dict, list))
+
+
+def _point_config(base: _Base, values: List[Any]) -> DictConfig:
+    """The point's config: the working config its key set shares, when all its values are plain (each
+    point replaces every one of them); else a copy of its own."""
+    if not values or not all(_plain(o) for o in values):
+        cfg = copy.deepcopy(base.task)
+        apply_overrides(values, cfg)
+        return cfg
+    keys = tuple(o.key_or_group for o in values)
+    work = base.working.get(keys)
+    if work is None:
+        work = copy.deepcopy(base.task)
+    apply_overrides(values, work)  # raises on a bad value: the point's error
+    base.working[keys] = work  # only once a point applied cleanly
+    return work
+
+
+def _maker(base: _Base, values: List[Any]) -> Callable[[], DictConfig]:
+    def make() -> DictConfig:
+        cfg = copy.deepcopy(base.task)
+        apply_overrides(values, cfg)
+        return cfg
+
+    return make
 
 
 def _split(full: DictConfig) -> _Base:
     task = copy.deepcopy(full)
     with open_dict(task):
         del task["hydra"]
+    subdir = OmegaConf.to_container(full.hydra.sweep, resolve=False)["subdir"]
     return _Base(
         task=task,
-        subdir=OmegaConf.to_container(full.hydra.sweep, resolve=False)["subdir"],
+        subdir=subdir,
         sweep_dir=str(full.hydra.sweep.dir),
         job_name=str(full.hydra.job.name),
         dirname=OmegaConf.to_container(full.hydra.job.config.override_dirname, resolve=True),
+        template=_template(subdir),
     )
+
+
+_JOB_REF = re.compile(r"\$\{hydra\.job\.(num|id|name|override_dirname)\}")
+
+
+def _template(subdir: Any) -> Optional[List[Tuple[str, Optional[str]]]]:
+    """``"${hydra.job.num}_${hydra.job.override_dirname}"`` -> text and key pieces; None when the template
+    uses anything else (another interpolation, a resolver, escapes): then OmegaConf resolves it."""
+    if not isinstance(subdir, str):
+        return None
+    pieces: List[Tuple[str, Optional[str]]] = []
+    at = 0
+    for m in _JOB_REF.finditer(subdir):
+        pieces += [(subdir[at:m.start()], None), ("", m.group(1))]
+        at = m.end()
+    pieces.append((subdir[at:], None))
+    if any("$" in text or "\\" in text for text, _ in pieces):
+        return None
+    return pieces
 
 
 def _run_dir(base: _Base, parsed: List[Any], idx: int) -> Path:
     """Resolve hydra.sweep.subdir for one point from the few values it may use (as run_job would)."""
     dirname = get_overrides_dirname(overrides=parsed, kv_sep=base.dirname["kv_sep"],
                                     item_sep=base.dirname["item_sep"], exclude_keys=base.dirname["exclude_keys"])
-    naming = OmegaConf.create({"hydra": {
-        "job": {"num": idx, "id": f"plan_{idx}", "name": base.job_name, "override_dirname": dirname},
-        "sweep": {"dir": base.sweep_dir, "subdir": base.subdir},
-    }})
-    return Path(base.sweep_dir) / str(naming.hydra.sweep.subdir)
+    if base.template is not None:
+        job = {"num": str(idx), "id": f"plan_{idx}", "name": base.job_name, "override_dirname": dirname}
+        return Path(base.sweep_dir) / "".join(text if key is None else job[key] for text, key in base.template)
+    if base.naming is None:  # one naming config per base; each point sets its values into it
+        base.naming = OmegaConf.create({"hydra": {
+            "job": {"num": idx, "id": "", "name": base.job_name, "override_dirname": ""},
+            "sweep": {"dir": base.sweep_dir, "subdir": base.subdir},
+        }})
+    job = base.naming.hydra.job
+    job.num, job.id, job.override_dirname = idx, f"plan_{idx}", dirname
+    return Path(base.sweep_dir) / str(base.naming.hydra.sweep.subdir)
 
 
 def _full_compose(loader: Any, config: DictConfig, parsed: List[Any], idx: int, overrides: List[str]) -> Run:
@@ -109,7 +246,7 @@ def _full_compose(loader: Any, config: DictConfig, parsed: List[Any], idx: int, 
             exclude_keys=list(job.config.override_dirname.exclude_keys))
     run_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
     base = _split(cfg)
-    return Run(idx=idx, overrides=overrides, run_dir=run_dir, cfg=base.task)
+    return Run(idx=idx, overrides=overrides, run_dir=run_dir, _cfg=base.task)
 
 
 def exclude_constant_keys(config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> None:
@@ -120,10 +257,10 @@ def exclude_constant_keys(config: DictConfig, job_overrides: Sequence[Sequence[s
     """
     if len(job_overrides) < 2:
         return
-    parser = OverridesParser.create()
+    parse = OverrideCache()
     values: Dict[str, List[str]] = {}
     for overrides in job_overrides:
-        for o in parser.parse_overrides(list(overrides)):
+        for o in parse(overrides):
             values.setdefault(o.key_or_group, []).append(o.input_line)
     # constant: set in every point, always to the same value
     constant = [k for k, v in values.items() if len(v) == len(job_overrides) and len(set(v)) == 1]

@@ -93,11 +93,11 @@ class SearchSweeper(Sweeper):
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
         assert sample is not None
         runs = [Run(idx=i, overrides=list(space.fixed), run_dir=studies.search_dir(sweep_dir) / "workers" / f"worker-{i}",
-                    cfg=sample.cfg) for i in range(settings.n_workers)]
+                    _cfg=sample.cfg) for i in range(settings.n_workers)]
         python = launcher.python_command(sweep_dir)
         launcher.base = launcher.submission_base(sweep_dir)
         if launcher.params.dry_run:
-            print(launcher.dry_run_text(runs, python, sweep_dir))
+            print(launcher.dry_run_text([[r] for r in runs], python, sweep_dir))
             print(f"search: {settings.n_trials} trials, {len(runs)} worker(s), sampler={settings.sampler}, "
                   f"pruner={settings.pruner}, objective {metric or 'return value'} ({direction})")
             print("dry run: nothing submitted")
@@ -124,8 +124,13 @@ class SearchSweeper(Sweeper):
 
         from .job import save_payload
 
+        problems = launcher.plan_snapshot(sweep_dir)  # workers run the code as it was at submit time
+        if problems:
+            lines = "\n".join(f"  {p}" for p in problems)
+            raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
         payload = launcher.base.with_suffix(".pkl")
-        save_payload(payload, self.hydra_context, self.task_function, self.config)
+        context = launcher.take_snapshot(sweep_dir, [], python)
+        save_payload(payload, context, self.task_function, self.config)
         runfiles.write_json_atomic(payload.with_suffix(".runs.json"), [str(r.run_dir) for r in runs])
         with studies.trials_lock(sweep_dir):
             manifest = runfiles.read_manifest(sweep_dir) or {"runs": {}, "submissions": []}
@@ -142,7 +147,7 @@ class SearchSweeper(Sweeper):
               f"{settings.metric or 'return value'} {settings.direction[:3]}) by {len(runs)} worker(s)", flush=True)
         # the launcher records job ids per run; here the runs are workers, recorded with the submission
         launcher.record_job_ids = lambda folder, ids: self._record_workers(folder, list(ids.values()))
-        jobs = launcher.submit(runs, worker, python, sweep_dir)
+        jobs = launcher.submit([[r] for r in runs], worker, python, sweep_dir)  # one worker per task
         ids = [str(j.job_id) for j in jobs]
         self._record_workers(sweep_dir, ids)
         if launcher.kind == "slurm":

@@ -1,8 +1,12 @@
-"""``hydra/launcher=slurm``: the whole sweep as ONE Slurm job array, through submitit.
+"""``hydra/launcher=slurm``: the whole sweep as one Slurm job array (several past the cluster's limits).
 
 submitit writes the sbatch script; this launcher maps hpctrain's resource names onto submitit's
 sbatch parameters (a table, as submitit's own executors do), checks them against what the cluster
 has, submits with ``map_array`` and returns (or waits with ``wait=true``).
+
+A sweep of more tasks than one array may hold (``MaxArraySize`` / ``max_array_tasks``, see
+:mod:`arrays`) is several arrays, each indexed from 0, chained with ``--dependency=afterany``: an
+array starts once the one before it has ended, so ``array_parallelism`` holds for the whole sweep.
 """
 
 import shlex
@@ -13,6 +17,7 @@ from hydra.core.utils import JobReturn, JobStatus
 
 from hpctrain import cluster, compat, record
 
+from . import arrays
 from .launcher import BaseLauncher, LaunchError, Run
 
 # hpctrain/submitit generic name -> submitit SlurmExecutor (sbatch) parameter
@@ -77,38 +82,98 @@ class SlurmLauncher(BaseLauncher):
         out["teardown"] = self.teardown_lines(python)
         return out
 
-    def teardown_lines(self, python: str) -> List[str]:
-        """After srun: a run whose tasks died without a word (killed, OOM) is marked failed."""
+    def teardown_lines(self, python: str, offset: int = 0) -> List[str]:
+        """After srun: a run whose tasks died without a word (killed, OOM) is marked failed.
+
+        ``offset``: where this array's tasks start in the submission's run list (several arrays)."""
         runs_file = self.base.with_suffix(".runs.json")
+        index = f"$(( ${{SLURM_ARRAY_TASK_ID:-0}} + {offset} ))" if offset else "${SLURM_ARRAY_TASK_ID:-0}"
         return [
             "hpctrain_rc=$?",  # srun's exit status: must be the first line after the srun line
             f"{python} -m hydra_plugins.hpctrain_launcher.ended {shlex.quote(str(runs_file))} "
-            f'"${{SLURM_ARRAY_TASK_ID:-0}}" "$hpctrain_rc" {int(self.params.max_retries)} || true',
+            f'"{index}" "$hpctrain_rc" {int(self.params.max_retries)} || true',
         ]
 
-    def submit(self, runs: List[Run], job: Any, python: str, sweep_dir: Path) -> List[Any]:
+    def array_parameters(self, python: str, chunk: arrays.Chunk, after: str) -> Dict[str, Any]:
+        """sbatch parameters of one array of the sweep: its offset in the teardown, the dependency on the
+        array before it (added to any the user gave)."""
+        params = self.sbatch_parameters(python)
+        params["teardown"] = self.teardown_lines(python, chunk.offset)
+        if after:
+            extra = params["additional_parameters"]
+            mine = f"afterany:{after}"
+            extra["dependency"] = f"{extra['dependency']},{mine}" if extra.get("dependency") else mine
+        return params
+
+    def limits(self) -> cluster.ArrayLimits:
+        if getattr(self, "_limits", None) is None:
+            self._limits = cluster.array_limits()  # one scontrol call per launch
+        return self._limits
+
+    def chunks(self, n_tasks: int) -> List[arrays.Chunk]:
+        return arrays.split(n_tasks, self.limits().tasks_per_array)
+
+    def submit(self, tasks: List[List[Run]], job: Any, python: str, sweep_dir: Path) -> List[Any]:
         import submitit
 
         executor = submitit.SlurmExecutor(
             folder=str(self.params.submitit_folder), max_num_timeout=int(self.params.max_num_timeout), python=python
         )
-        executor.update_parameters(**self.sbatch_parameters(python))
-        return executor.map_array(job, [r.idx for r in runs], [r.overrides for r in runs],
-                                  [str(r.run_dir) for r in runs])
+        args = self.task_args(tasks, self.runs_per_task() > 1)
+        jobs: List[Any] = []
+        after = ""
+        for chunk in self.chunks(len(tasks)):
+            executor.update_parameters(**self.array_parameters(python, chunk, after))
+            part = executor.map_array(job, *[a[chunk.offset:chunk.offset + chunk.size] for a in args])
+            jobs += part
+            after = cluster.split_job_id(str(part[0].job_id))[0]
+        return jobs
 
-    def dry_run_text(self, runs: List[Run], python: str, sweep_dir: Path) -> str:
+    def check_queue(self, n_tasks: int) -> List[str]:
+        """Refused up front: a sweep whose tasks would not fit under the association's or QOS's cap on
+        jobs in the queue (``MaxSubmitJobs``, read with sacctmgr where it answers)."""
+        most = self.limits().max_job_count
+        if most is not None and n_tasks > most:
+            return [f"the sweep needs {n_tasks} jobs in the queue (array tasks) and the cluster holds at most {most} "
+                    f"(MaxJobCount): pack runs (hydra.launcher.runs_per_task) or split the sweep"]
+        cap = cluster.max_submit_jobs(self.params.account, self.params.qos)
+        if cap is None:
+            return []
+        limit, where = cap
+        queued = cluster.jobs_in_queue_of_user()
+        if queued is None:
+            queued = 0
+        if n_tasks + queued > limit:
+            return [f"the sweep needs {n_tasks} job(s) in the queue (array tasks) and you have {queued} there; "
+                    f"{where} allows at most {limit} (MaxSubmitJobs): pack runs (hydra.launcher.runs_per_task) "
+                    f"or split the sweep"]
+        return []
+
+    def dry_run_text(self, tasks: List[List[Run]], python: str, sweep_dir: Path) -> str:
         # absolute, as submitit makes it (Path(folder).absolute()): the text is what sbatch would get
         folder = str(Path(str(self.params.submitit_folder)).expanduser().absolute())
         command = " ".join([python, "-u -m submitit.core._submit", shlex.quote(folder)])
-        params = self.sbatch_parameters(python)
-        if len(runs) > 1:
-            params["map_count"] = len(runs)
-        return compat.make_sbatch_string(command=command, folder=folder, **params)
+        chunks = self.chunks(len(tasks)) if tasks else [arrays.Chunk(0, 0)]
+        texts = []
+        for i, chunk in enumerate(chunks):
+            params = self.array_parameters(python, chunk, f"<job id of array {i}>" if i else "")
+            if chunk.size > 1:
+                params["map_count"] = chunk.size
+            head = f"# array {i + 1} of {len(chunks)}: tasks {chunk.offset}..{chunk.offset + chunk.size - 1}\n"
+            texts.append((head if len(chunks) > 1 else "") + compat.make_sbatch_string(command=command, folder=folder,
+                                                                              **params))
+        return "\n".join(texts)
 
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
-        array_id = cluster.split_job_id(str(jobs[0].job_id))[0]
-        print(f"hpctrain: submitted {len(runs)} run(s) as Slurm job {array_id}"
-              f"{' (one array)' if len(runs) > 1 else ''}")
+        ids = cluster.array_ids(str(j.job_id) for j in jobs)
+        n_tasks = len({str(j.job_id) for j in jobs})
+        packed = f", {n_tasks} tasks of {self.runs_per_task()} runs" if self.runs_per_task() > 1 else ""
+        if len(ids) > 1:
+            print(f"hpctrain: submitted {len(runs)} run(s) as {len(ids)} Slurm arrays {', '.join(ids)} ({n_tasks} "
+                  f"tasks{packed}; each array starts once the one before it has ended)")
+        else:
+            print(f"hpctrain: submitted {len(runs)} run(s) as Slurm job {ids[0]}"
+                  f"{' (one array' + packed + ')' if n_tasks > 1 else ''}")
         print(f"  sweep dir: {sweep_dir}")
         for verb in ("status", "report", "tensorboard", "cancel"):
             print(f"  python -m hpctrain {verb} {shlex.quote(str(sweep_dir))}")

@@ -1,0 +1,216 @@
+"""Several single-rank runs side by side in one task (``hydra.launcher.runs_per_task=k``).
+
+The task (one Slurm array task, or one local job) runs :class:`PackJob`: it forks one child process
+per sweep point of its pack, each running the same :class:`~hydra_plugins.hpctrain_launcher.job.SweepJob`
+a one-run task would, so each packed run keeps its own run dir, metrics, run record, retries and
+preemption handling; its output goes to ``<run_dir>/.hpctrain/task.log``. Forked, not started afresh:
+the heavy imports the task function names in its ``preload`` attribute (hpctrain's app: the trainer,
+hence torch) are done once per task, before the fork, not once per run (torch's import alone is
+1.3 s). Nothing touches CUDA before the fork: each child sets its own ``CUDA_VISIBLE_DEVICES`` first.
+
+Placement (:func:`slots`): the task's GPUs (its ``CUDA_VISIBLE_DEVICES``) are dealt out round robin,
+one device per run, several runs per GPU when k is larger than the GPU count; the task's CPUs (its
+affinity mask) are split into k nearly equal shares, each run pinned to its share
+(``sched_setaffinity``, ``OMP_NUM_THREADS``). ``hydra.launcher.gpu_memory_fraction`` caps each run's
+share of its GPU's memory (``torch.cuda.set_per_process_memory_fraction``, set in the child).
+
+Preemption: the signal (USR2) is taken by this parent, not by submitit's handler: it is passed on to
+every child, whose trainer checkpoints at its next step boundary, records ``requeued`` and exits
+with :data:`REQUEUE_EXIT`. Only once every child has ended does the parent hand the signal to
+submitit, which requeues the task. A requeued or retried task runs again only the runs of its pack
+that have not ended (completed runs, and runs whose retries are used up, are left alone).
+
+Runs of several ranks cannot be packed: the launcher refuses them before anything is submitted.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
+MEMORY_FRACTION_ENV = "HPCTRAIN_GPU_MEMORY_FRACTION"
+Point = Tuple[int, List[str], str]  # (sweep index, overrides, run dir)
+
+
+def slots(k: int, gpus: Sequence[str], cpus: Sequence[int]) -> List[Tuple[Optional[str], List[int]]]:
+    """For each of ``k`` runs: its GPU (or None on a CPU task) and its CPUs.
+
+    GPUs round robin (run i on ``gpus[i % len(gpus)]``); CPUs split into k contiguous shares that
+    differ by at most one; with fewer CPUs than runs, runs share CPUs round robin.
+    """
+    out = []
+    cpus = list(cpus)
+    for i in range(k):
+        gpu = gpus[i % len(gpus)] if gpus else None
+        if not cpus:
+            share: List[int] = []
+        elif len(cpus) >= k:
+            lo, hi = i * len(cpus) // k, (i + 1) * len(cpus) // k
+            share = cpus[lo:hi]
+        else:
+            share = [cpus[i % len(cpus)]]
+        out.append((gpu, share))
+    return out
+
+
+def task_gpus() -> List[str]:
+    """The devices this task may use, as its CUDA_VISIBLE_DEVICES names them (Slurm or the local launcher)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "NoDevFiles"]
+
+
+def task_cpus() -> List[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity API (macOS): no pinning
+        return []
+
+
+class PackJob:
+    """The callable of a packed task: runs its points side by side, each in its own process."""
+
+    def __init__(self, payload: str, sweep_dir: str, memory_fraction: Optional[float] = None, app: str = "") -> None:
+        self.payload = payload
+        self.sweep_dir = sweep_dir
+        self.memory_fraction = memory_fraction
+        self.app = app  # the task function's fingerprint, as SweepJob records it on completion
+
+    def __call__(self, points: List[Point]) -> Dict[int, str]:
+        from hpctrain import compat, record
+
+        todo = []
+        for point in points:
+            state = record.read(point[2]).state
+            if state in record.FINAL:  # completed, or ended for good: never run twice
+                print(f"hpctrain pack: #{point[0]} {Path(point[2]).name} is {state}: not run again", flush=True)
+            else:
+                todo.append(point)
+        placed = slots(len(todo), task_gpus(), task_cpus())
+        self._preload()
+        signum = compat.preemption_signal()
+        submitit_handler = signal.getsignal(signum)
+        preempted = []
+        children: List[Tuple[Point, int]] = []
+        codes: Dict[int, int] = {}
+
+        def pass_on(sig: int, frame: Any) -> None:
+            preempted.append(sig)
+            for (idx, _, _), pid in children:
+                if idx not in codes:
+                    os.kill(pid, sig)
+
+        signal.signal(signum, pass_on)
+        for point, (gpu, cpus) in zip(todo, placed):
+            children.append((point, self._fork(point, gpu, cpus)))
+            print(f"hpctrain pack: started #{point[0]} {Path(point[2]).name} (pid {children[-1][1]}, "
+                  f"GPU {gpu if gpu is not None else '-'}, CPUs {_ranges(cpus)})", flush=True)
+        while len(codes) < len(children):
+            for (idx, _, run_dir), pid in children:
+                if idx in codes:
+                    continue
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes[idx] = os.waitstatus_to_exitcode(status)
+                    print(f"hpctrain pack: #{idx} ended, exit code {codes[idx]}", flush=True)
+            time.sleep(0.2)
+        states = {idx: str(record.read(run_dir).state) for (idx, _, run_dir), _ in children}
+        if any(c == REQUEUE_EXIT for c in codes.values()) and callable(submitit_handler):
+            print(f"hpctrain pack: every run of the task has ended or checkpointed ({states}); requeueing", flush=True)
+            submitit_handler(signum, None)  # submitit: checkpoint() below, scontrol requeue, exit
+        signal.signal(signum, submitit_handler)
+        bad = {i: c for i, c in codes.items() if c not in (0, REQUEUE_EXIT)}
+        if bad:
+            raise RuntimeError(f"{len(bad)} of {len(children)} packed run(s) failed (exit codes {bad}); "
+                               f"their metrics.json hold the errors")
+        return states
+
+    def _preload(self) -> None:
+        """Import once, before the fork, what the task function says its runs need."""
+        import importlib
+
+        import cloudpickle
+
+        with open(self.payload, "rb") as f:
+            task_function = cloudpickle.load(f)[1]
+        for module in getattr(task_function, "preload", ()):
+            importlib.import_module(module)
+
+    def _fork(self, point: Point, gpu: Optional[str], cpus: List[int]) -> int:
+        log = Path(point[2]) / ".hpctrain" / "task.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid:
+            os.close(fd)
+            return pid
+        code = 1
+        try:  # the child: its devices, CPUs and output, then the run
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+            if gpu is not None:
+                os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+            if cpus:
+                os.environ["OMP_NUM_THREADS"] = str(len(cpus))
+                os.sched_setaffinity(0, cpus)
+            if self.memory_fraction:
+                os.environ[MEMORY_FRACTION_ENV] = str(self.memory_fraction)
+            code = child(self.payload, self.sweep_dir, json.dumps(list(point)), self.app)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """submitit's hook on requeue: the same pack again; its children recorded their own ``requeued``."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _ranges(cpus: List[int]) -> str:
+    return ",".join(map(str, cpus)) if cpus else "-"
+
+
+def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
+    """One packed run, in its own process: SweepJob as a one-run task would call it."""
+    from hpctrain import compat, record
+
+    idx, overrides, run_dir = json.loads(point_json)
+    signum = compat.preemption_signal()
+
+    def requeue(sig: int, frame: Any) -> None:
+        """The trainer hands the signal here after its checkpoint (or it came before training began)."""
+        record.requeued(run_dir)
+        record.write_summary(run_dir)
+        os._exit(REQUEUE_EXIT)
+
+    signal.signal(signum, requeue)
+    fraction = os.environ.get(MEMORY_FRACTION_ENV)
+    if fraction:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.set_per_process_memory_fraction(float(fraction))
+    from .job import SweepJob
+
+    if "torch" in sys.modules:  # the threads torch may use: this run's share of the task's CPUs
+        n = os.environ.get("OMP_NUM_THREADS")
+        if n:
+            sys.modules["torch"].set_num_threads(int(n))
+    try:
+        SweepJob(payload, sweep_dir, app)(idx, list(overrides), run_dir)
+    except BaseException as exc:  # noqa: BLE001 - recorded by SweepJob; the exit code tells the parent
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            return 0
+        print(f"hpctrain pack: #{idx} failed: {exc!r}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
