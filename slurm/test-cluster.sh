@@ -3,7 +3,8 @@
 # things by hand: two virtual nodes n1, n2 (2 CPUs, 4000 MB, 2 fake GPUs each)
 # run by two slurmd on this host, one slurmctld, munge for auth, and accounting
 # (slurmdbd on a MariaDB of its own), so that `sacct` answers as on real sites.
-# The GPUs are fake (symlinks to /dev/null, scheduling only).
+# The GPUs are fake (symlinks to /dev/null, scheduling only) but typed, with core
+# affinity: nodes print `Gres=gpu:tesla:2(S:0)` as production clusters do.
 # TaskPlugin=task/affinity binds each task to its CPUs; MaxArraySize is
 # Slurm's default (1001).
 #
@@ -191,7 +192,7 @@ SlurmctldLogFile=$STATE_DIR/log/slurmctld.log
 SlurmdPidFile=$STATE_DIR/slurmd-%n.pid
 SlurmdSpoolDir=$STATE_DIR/spool/slurmd-%n
 SlurmdLogFile=$STATE_DIR/log/slurmd-%n.log
-NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=[17001-17002] CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=4000 Gres=gpu:2 State=UNKNOWN
+NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=[17001-17002] CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=4000 Gres=gpu:tesla:2 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=short Nodes=n1 Default=NO MaxTime=10 State=UP
 EOF
@@ -203,7 +204,8 @@ $MARKER state_dir=$STATE_DIR
 # Fake GPUs (scheduling only, no CUDA): symlinks to /dev/null.
 AutoDetect=off
 # A type and core affinity, so that nodes print gpu:tesla:2(S:0) as real clusters do.
-NodeName=n[1-2] Name=gpu File=$STATE_DIR/dev/nvidia[0-1]
+# A type and core affinity, so that nodes print gpu:tesla:2(S:0) as production clusters do.
+NodeName=n[1-2] Name=gpu Type=tesla File=$STATE_DIR/dev/nvidia[0-1] Cores=0-1
 EOF
 }
 
@@ -433,7 +435,7 @@ cmd_start() {
         fi
     done
     wait_nodes_up "$since" || die "cluster did not come up; logs in $STATE_DIR/log"
-    echo "test-cluster: up in $((SECONDS - t0))s: nodes ${NODES[*]} (2 CPUs, 4000 MB, gpu:2 each)," \
+    echo "test-cluster: up in $((SECONDS - t0))s: nodes ${NODES[*]} (2 CPUs, 4000 MB, gpu:tesla:2(S:0) each)," \
         "partitions debug (default) + short, accounting (sacct); state $STATE_DIR"
 }
 
