@@ -186,3 +186,18 @@ def test_local_launcher_packs_runs_into_tasks(tmp_path):
     assert jobs[0] == jobs[1] != jobs[2] == jobs[3]  # two tasks (local processes) of two runs
     for d in run_dirs(sweep):
         assert metrics(d)["status"] == "completed" and record_kinds(d) == ["submitted", "started", "completed"]
+
+
+def test_a_retry_attempt_that_dies_before_its_run_starts_ends_failed(tmp_path):
+    """Seen in the 1,000-run benchmark: tasks that died before starting their runs left them 'retrying'."""
+    from hpctrain import record
+    from hydra_plugins.hpctrain_launcher.ended import attempt_ended
+
+    run = tmp_path / "run"
+    record.submitted(run)
+    record.started(run, job_id="1_0")
+    record.failed(run, "RuntimeError: first attempt", rank=0)
+    assert attempt_ended(run, 1, max_retries=1) == 1  # retried once
+    assert record.read(run).state == record.State.RETRYING
+    assert attempt_ended(run, 1, max_retries=1) is None  # the retry died without starting: budget used
+    assert record.read(run).state == record.State.FAILED

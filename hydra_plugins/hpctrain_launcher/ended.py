@@ -21,7 +21,9 @@ from hpctrain import cluster, record
 def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "") -> Optional[int]:
     """Record a silent death, decide a retry; the retry number when the run is to be retried, else None."""
     rs = record.read(run_dir)
-    if rs.state in (record.State.RUNNING, record.State.QUEUED) and exit_code != 0:
+    # RETRYING too: a retry attempt whose tasks died before the run started (a packed task's parent
+    # crashed, a broken environment) would otherwise stay "retrying" with nothing left to run it
+    if rs.state in (record.State.RUNNING, record.State.QUEUED, record.State.RETRYING) and exit_code != 0:
         where = f"; see {log_path}" if log_path else ""
         record.failed(run_dir, f"the job's tasks ended with exit code {exit_code} while the run was still running "
                                f"(killed, out of memory, or a node failure){where}", fallout=False)
