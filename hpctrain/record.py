@@ -194,10 +194,15 @@ class RunState:
     submissions: int = 0
     error: Optional[str] = None  # the failed attempt's error: a rank's own over the fallout
     failed_rank: Optional[int] = None
-    job_id: Optional[str] = None  # of the last start
+    last_start: Optional[Event] = None
     started_at: Optional[float] = None  # first start of this submission
     ended_at: Optional[float] = None  # the final event's time
     events: List[Event] = field(default_factory=list)
+
+    @property
+    def job_id(self) -> Optional[str]:
+        """The job id of the last start (read from its file only when asked)."""
+        return self.last_start.data().get("job_id") if self.last_start is not None else None
 
     @property
     def restarts(self) -> int:
@@ -213,7 +218,7 @@ class RunState:
 
 
 def fold(all_events: List[Event]) -> RunState:
-    """The run's state from its events (sorted by time). Pure: reads details of failed events only."""
+    """The run's state from its events (sorted by time). Pure: opens the files of a failed attempt only."""
     if not all_events:
         return RunState(None)
     subs = [i for i, e in enumerate(all_events) if e.kind == SUBMITTED]
@@ -228,7 +233,7 @@ def fold(all_events: List[Event]) -> RunState:
     starts = [e for e in current if e.kind == STARTED]
     if starts:
         out.started_at = starts[0].time_ns / 1e9
-        out.job_id = starts[-1].data().get("job_id")
+        out.last_start = starts[-1]
     for kind, state in _STRENGTH:
         if kind in kinds:
             out.state = state
