@@ -49,3 +49,12 @@ def slurm_cluster() -> None:
     states = {line.split()[-1].rstrip("*~#") for line in out.stdout.splitlines() if line.strip()}
     if out.returncode != 0 or not states & {"idle", "mix", "alloc", "comp"}:
         pytest.fail(f"the Slurm test cluster is not up: {out.stdout} {out.stderr}")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every test that uses the cluster carries the `slurm` marker, so `-m "not slurm"` runs without one."""
+    unmarked = [item.nodeid for item in items
+                if "slurm_cluster" in getattr(item, "fixturenames", ()) and item.get_closest_marker("slurm") is None]
+    if unmarked:
+        raise pytest.UsageError("tests using the slurm_cluster fixture without @pytest.mark.slurm: "
+                                + ", ".join(unmarked))

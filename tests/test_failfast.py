@@ -67,6 +67,7 @@ def _my_jobs(cwd) -> set:
     return {line.split()[0] for line in out.splitlines() if line.split()[-1] == str(cwd)}
 
 
+@pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
 @pytest.mark.parametrize("args,message", CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_input_fails_fast_and_submits_nothing(tmp_path, args, message):
