@@ -24,10 +24,12 @@ def test_readme_sweep_on_local_executor(tmp_path):
         hparams = _hparams_tags(run_dir)
         assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= hparams
         assert "train/loss" in {m.name.tag for m in _experiment(run_dir).metric_infos}
-    # the summary: one line per run with its values, status, loss and TensorBoard path
-    for line in ("lr=0.001", "lr=0.0001"):
-        assert any(line in row and "completed" in row and "loss=" in row and "/tb" in row
-                   for row in proc.stdout.splitlines())
+    # the summary: one line per run with its values, status, final loss and TensorBoard path
+    for idx, run_dir in enumerate(run_dirs):
+        final = json.loads((run_dir / "metrics.json").read_text())["metrics"]["train/loss"]
+        (row,) = [r.split() for r in proc.stdout.splitlines() if r.strip().startswith(f"#{idx} ")]
+        assert row == [f"#{idx}", run_dir.name.split("_", 1)[1], "completed", f"loss={final:.4g}",
+                       f"tb={run_dir / 'tb'}"], row
 
 
 def _experiment(run_dir):
