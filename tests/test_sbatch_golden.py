@@ -122,3 +122,18 @@ def test_dry_run_script_makes_sense_and_slurm_accepts_it(dry_run):
     path.write_text(script + "\n")
     check = subprocess.run(["sbatch", "--test-only", str(path)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0 and "to start at" in check.stderr, check.stderr
+
+
+@pytest.mark.slurm
+def test_account_qos_constraint_exclude_and_additional_parameters_reach_the_script(slurm_cluster, tmp_path):
+    proc = run_hpctrain(["-m", "max_steps=10", "hydra/launcher=slurm", "hydra.launcher.dry_run=true",
+                         "hydra.launcher.account=proj42", "hydra.launcher.qos=high", "hydra.launcher.constraint=a100",
+                         "hydra.launcher.exclude=n2", "+hydra.launcher.additional_parameters.begin=now+60",
+                         "+hydra.launcher.additional_parameters.mail_type=END", "hydra.launcher.timeout_min=90",
+                         f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, timeout=60)
+    script = proc.stdout.split("\nruns (", 1)[0]
+    sbatch = dict(re.findall(r"^#SBATCH --([\w-]+)=(.*)$", script, re.M))
+    assert sbatch["account"] == "proj42" and sbatch["qos"] == "high"
+    assert sbatch["constraint"] == "a100" and sbatch["exclude"] == "n2"
+    assert sbatch["begin"] == "now+60" and sbatch["mail-type"] == "END"
+    assert sbatch["time"] == "90"

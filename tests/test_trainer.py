@@ -109,8 +109,8 @@ def test_resume_after_kill_is_bit_exact(tmp_path, num_workers):
     killed_at = torch.load(ckpt, weights_only=True)["step"]
     assert 0 < killed_at < 300, f"the run was not interrupted (checkpoint at step {killed_at})"
 
-    run_hpctrain(args + [f"hydra.run.dir={whole}"], cwd=tmp_path)
-    run_hpctrain(args + [f"hydra.run.dir={broken}"], cwd=tmp_path)
+    _train(tmp_path, "whole", args)  # in this process: one interpreter start less
+    run_hpctrain(args + [f"hydra.run.dir={broken}"], cwd=tmp_path)  # the resume, as a user starts it
     a = torch.load(whole / "checkpoints" / "last.pt", weights_only=True)
     b = torch.load(ckpt, weights_only=True)
     assert a["step"] == b["step"] == 300
@@ -127,3 +127,38 @@ def test_compile_trains_and_saves_the_uncompiled_module(tmp_path):
     assert state["step"] == 8
     assert set(state["model"]) == set(trainer.raw_model.state_dict())
     assert not any("_orig_mod" in k for k in state["model"])
+
+
+def test_lr_schedule_is_linear_warmup_then_cosine_to_the_floor(tmp_path):
+    import math
+
+    _train(tmp_path, "lr", ["max_steps=30", "warmup_steps=5", "min_lr_ratio=0.1", "lr=0.01", "log_every=1",
+                            "eval_every=0"])
+    logged = tb_scalars(tmp_path / "lr", "train/lr")  # logged after each step: the lr of the next step
+    expected = []
+    for step in range(1, 31):  # written out here, not taken from the trainer
+        if step < 5:
+            factor = (step + 1) / 5
+        else:
+            factor = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - 5) / 25)))
+        expected.append(0.01 * factor)
+    assert logged == pytest.approx(expected, rel=1e-6)
+    assert logged[-1] == pytest.approx(0.001)  # the floor: lr x min_lr_ratio
+
+
+def test_grad_clip_bounds_the_update_and_logs_the_norm_before_clipping(tmp_path):
+    trainer = Trainer(compose(["max_steps=10", "grad_clip=0.05", "log_every=1", "eval_every=0", "lr=0.1"]),
+                      tmp_path / "clip", DistInfo())
+    at_step = []
+
+    def norm_at_step(optimizer, args, kwargs):
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        at_step.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
+
+    trainer.optimizer.register_step_pre_hook(norm_at_step)
+    trainer.fit()
+    logged = tb_scalars(tmp_path / "clip", "train/grad_norm")
+    assert len(at_step) == len(logged) == 10
+    assert max(logged) > 0.05  # the gradients were larger than the clip...
+    for before, applied in zip(logged, at_step):  # ...and the optimizer saw them clipped to it
+        assert applied == pytest.approx(min(before, 0.05), rel=1e-4), (before, applied)
