@@ -90,8 +90,8 @@ def test_cancelled_before_start_and_manual_scancel_while_running(tmp_path):
         (row,) = status(held, tmp_path)
         assert row["state"] == "cancelled" and row["note"] == "sacct: CANCELLED", row
 
-        (run_dir,) = [p for p in [running / "0_max_steps=1000000"]]
-        wait_for(lambda: (metrics(run_dir).get("step") or 0) >= 10, 180, "the run to be under way")
+        wait_for(lambda: len(run_dirs(running)) == 1 and (metrics(run_dirs(running)[0]).get("step") or 0) >= 10, 300,
+                 "the run to be under way")
         subprocess.run(["scancel", running_job], check=True)
         wait_for(lambda: not queued(running_job), 60, "the cancelled job to leave the queue")
         log = "".join(p.read_text() for p in (running / ".submitit").glob("*_log.err"))
