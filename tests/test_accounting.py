@@ -103,3 +103,42 @@ def test_cancelled_before_start_and_manual_scancel_while_running(tmp_path):
     finally:
         cancel(held_job)
         cancel(running_job)
+
+
+def _jobs_on(node: str) -> list:
+    out = subprocess.run(["squeue", "-h", "-w", node, "-o", "%i"], capture_output=True, text=True, timeout=30).stdout
+    return out.split()
+
+
+def test_a_run_whose_node_fails_is_failed_by_sacct(tmp_path):
+    """A run pinned to n2 without requeue; n2 goes down under it: sacct says NODE_FAIL, status says failed.
+
+    The node is drained first (nothing new starts there) and taken down only once this job is alone on
+    it, so no other job is killed; it is resumed whatever happens."""
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "max_steps=1000000", "log_every=10", "hydra/launcher=slurm", "hydra.launcher.max_retries=0",
+                  "+hydra.launcher.additional_parameters.nodelist=n2",
+                  "+hydra.launcher.additional_parameters.no_requeue=true", f"hydra.sweep.dir={sweep}"],
+                 cwd=tmp_path, timeout=120)
+    job = job_id(sweep)
+    drained = False
+    try:
+        wait_for(lambda: len(run_dirs(sweep)) == 1 and (metrics(run_dirs(sweep)[0]).get("step") or 0) >= 10, 300,
+                 "the run to be under way on n2")
+        subprocess.run(["scontrol", "update", "nodename=n2", "state=drain", "reason=hpctrain-test"], check=True)
+        drained = True
+        wait_for(lambda: [j.split("_")[0] for j in _jobs_on("n2")] == [job], 300, "n2 to hold this job only")
+        subprocess.run(["scontrol", "update", "nodename=n2", "state=down", "reason=hpctrain-test"], check=True)
+        wait_for(lambda: not queued(job), 120, "the job to leave the queue")
+        wait_for(lambda: sacct_state(f"{job}_0") == "NODE_FAIL" or sacct_state(job) == "NODE_FAIL", 60,
+                 "sacct NODE_FAIL")
+        log = "".join(p.read_text() for p in (sweep / ".submitit").glob("*_log.*"))
+        assert "DUE TO NODE FAIL" in log, log[-3000:]
+        (row,) = status(sweep, tmp_path)
+        assert row["state"] == "failed", (row, log[-3000:])  # a node failure is no user's cancel
+    finally:
+        cancel(job)
+        if drained:
+            subprocess.run(["scontrol", "update", "nodename=n2", "state=resume"], capture_output=True)
+            wait_for(lambda: "n2" not in subprocess.run(["sinfo", "-h", "-t", "down,drain,drng", "-N", "-o", "%N"],
+                                                         capture_output=True, text=True).stdout, 60, "n2 back")
