@@ -94,7 +94,7 @@ def test_report_best_run_files_and_plots(sweep):
     proc = review(["report", str(sweep)], cwd=sweep.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "ranked by val/loss (min)" in out
+    assert "ranked by val/loss (min, the objective)" in out  # the sweep's objective: the default metric
     assert f"best: #{best} lr={LRS[best]}" in out
     assert "RuntimeError: LrBoom: this run fails on purpose" in out  # the failed run's error, in the report
     result = json.loads((sweep / "results.json").read_text())
