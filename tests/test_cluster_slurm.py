@@ -13,7 +13,7 @@ from conftest import HELPERS, hpctrain_env, run_hpctrain
 from hpctrain import cluster
 from slurm_helpers import metrics, run_dirs
 
-pytestmark = pytest.mark.usefixtures("slurm_cluster")
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 WRAPPERS = HELPERS / "slurm_wrappers"
 
 

@@ -146,9 +146,12 @@ def test_recipe_test_section_compiles_a_function_and_runs_here(recipe):
 def test_recipe_copies_the_project_and_runs_hpctrain(recipe):
     parser, r = recipe
     sources = {line.split()[0]: line.split()[1] for line in r.files}
-    for src in ("pyproject.toml", "hpctrain", "hydra_plugins"):
-        assert sources.get(src, "").startswith("/opt/hpctrain"), f"%files does not copy {src} into /opt/hpctrain"
-        assert (ROOT / src).exists()
+    # what the package needs, and nothing more (not `.`, which would take .venv and .git)
+    assert set(sources) == {"pyproject.toml", "README.md", "hpctrain", "hydra_plugins", "conf"}, sources
+    for src, dest in sources.items():  # every line: a tracked path of this repo, to the same name in /opt/hpctrain
+        assert dest == f"/opt/hpctrain/{src}", (src, dest)
+        tracked = subprocess.run(["git", "ls-files", "--", src], cwd=ROOT, capture_output=True, text=True).stdout
+        assert tracked.strip(), f"%files copies {src}, which git does not track"
     assert r.cmd == 'exec python -m hpctrain "$@"'
     env = dict(line.split("=", 1) for line in r.environ if " " not in line.split("=", 1)[0])
     assert env.get("PYTHONUNBUFFERED") == "1"

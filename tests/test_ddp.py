@@ -7,11 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from conftest import hpctrain_env, run_hpctrain
+from conftest import hpctrain_env, run_hpctrain, tb_scalars
 from trainer_helpers import compose, state_close
 
 
@@ -25,7 +26,7 @@ def test_two_ranks_through_local_launcher_agree(tmp_path):
     assert rank0.keys() == rank1.keys()
     for key in rank0:
         assert torch.equal(rank0[key], rank1[key]), key
-    # the global batch is the same samples whatever the world size, so DDP matches one process
+    # the checkpoint holds rank 0's (= every rank's) weights
     (run_dir,) = [p for p in (tmp_path / "s").iterdir() if p.is_dir() and not p.name.startswith(".")]
     ckpt = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert ckpt["step"] == 30
@@ -80,3 +81,37 @@ def test_torchrun_two_processes(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((run_dir / "metrics.json").read_text())
     assert record["status"] == "completed" and record["world_size"] == 2
+
+
+def _train_rank(rank: int, world: int, port: int, overrides: list, run_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    from hpctrain.distributed import init_distributed, teardown
+    from hpctrain.trainer import Trainer
+
+    Trainer(compose(overrides), run_dir, init_distributed("cpu")).fit()
+    teardown()
+
+
+def _train_alone(index: int, overrides: list, run_dir: str) -> None:
+    """One plain process, no process group (a child: the Trainer's logging stays out of pytest's process)."""
+    from hpctrain.distributed import DistInfo
+    from hpctrain.trainer import Trainer
+
+    Trainer(compose(overrides), run_dir, DistInfo()).fit()
+
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_two_ranks_match_one_process_on_the_same_global_batch(tmp_path, grad_accum):
+    """2 gloo ranks (micro-batch 64 / (2 x accum)) against ONE process (micro-batch 64 / accum)."""
+    overrides = ["max_steps=20", "batch_size=64", f"grad_accum={grad_accum}", "log_every=10", "eval_every=0"]
+    mp.spawn(_train_rank, args=(2, _free_port(), overrides, str(tmp_path / "ddp")), nprocs=2)
+    mp.spawn(_train_alone, args=(overrides, str(tmp_path / "one")), nprocs=1)
+    ddp = torch.load(tmp_path / "ddp" / "checkpoints" / "last.pt", weights_only=True)
+    one = torch.load(tmp_path / "one" / "checkpoints" / "last.pt", weights_only=True)
+    assert json.loads((tmp_path / "ddp" / "metrics.json").read_text())["world_size"] == 2
+    assert json.loads((tmp_path / "one" / "metrics.json").read_text())["world_size"] == 1
+    assert ddp["step"] == one["step"] == 20
+    assert state_close(ddp["model"], one["model"], atol=1e-5)
+    losses = tb_scalars(tmp_path / "one", "train/loss")
+    assert losses[-1] < losses[0]  # it trained: equal weights are not two untouched initialisations

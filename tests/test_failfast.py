@@ -1,11 +1,13 @@
 """Every bad input fails on the login node with a message naming the culprit; nothing is submitted."""
 
+import json
 import subprocess
-import time
+import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import run_hpctrain
+from conftest import hpctrain_env, run_hpctrain
 
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 
@@ -75,25 +77,76 @@ def _my_jobs(cwd) -> set:
     return {line.split()[0] for line in out.splitlines() if line.split()[-1] == str(cwd)}
 
 
-@pytest.mark.usefixtures("slurm_cluster")
-@pytest.mark.parametrize("args,message", CASES, ids=[" ".join(a) for a, _ in CASES])
-def test_bad_input_fails_fast_and_submits_nothing(tmp_path, args, message):
-    image = tmp_path / "img.sif"
+# Every case in ONE interpreter (a fresh Hydra per case), as `python -m hpctrain` would run it: a case is
+# config and cluster queries only, so nothing carries over but the imports, which a case pays once.
+DRIVER = """
+import contextlib, io, json, sys, time
+from hydra.core.global_hydra import GlobalHydra
+from hpctrain.__main__ import main
+
+results = []
+for argv in json.loads(sys.argv[1]):
+    GlobalHydra.instance().clear()
+    out, err = io.StringIO(), io.StringIO()
+    start = time.time()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+            rc = 0
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 1
+    results.append({"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue(), "elapsed": time.time() - start})
+print(json.dumps(results))
+"""
+
+
+def _case_args(args, work: Path, case: int) -> "tuple[list, Path]":
+    case_dir = work / f"case{case}"
+    case_dir.mkdir()
+    image = case_dir / "img.sif"
     image.write_text("not really an image")
-    args = [a.replace("__tmp__", str(tmp_path)).replace("__img__", str(image)) for a in args]
-    sweep = tmp_path / "sweep"
+    args = [a.replace("__tmp__", str(case_dir)).replace("__img__", str(image)) for a in args]
+    sweep = case_dir / "sweep"
     if not any(a.startswith("hydra.sweep.dir=") for a in args):
         args.append(f"hydra.sweep.dir={sweep}")
-    start = time.time()
-    proc = run_hpctrain(["-m", *args, "hydra/launcher=slurm"], cwd=tmp_path, check=False, timeout=60)
-    elapsed = time.time() - start
-    assert proc.returncode != 0
-    assert message in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr
+    return ["-m", *args, "hydra/launcher=slurm"], sweep
+
+
+@pytest.fixture(scope="module")
+def outcomes(slurm_cluster, tmp_path_factory):
+    work = tmp_path_factory.mktemp("failfast")
+    cases = [_case_args(args, work, i) for i, (args, _) in enumerate(CASES)]
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps([argv for argv, _ in cases])], cwd=work,
+                          env=hpctrain_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.splitlines()[-1])
+    jobs = _my_jobs(work)
+    return {i: (result, sweep, jobs) for i, (result, (_, sweep)) in enumerate(zip(results, cases))}
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[" ".join(a) for a, _ in CASES])
+def test_bad_input_fails_fast_and_submits_nothing(outcomes, case):
+    result, sweep, jobs = outcomes[case]
+    message = CASES[case][1]
+    assert result["rc"] != 0, result
+    assert message in result["stderr"], result["stderr"]
+    assert "Traceback" not in result["stderr"]
     assert not (sweep / ".submitit").exists() and not (sweep / "sweep.json").exists()
-    assert not list(sweep.glob("*/metrics.json")) if sweep.exists() else True
-    assert not _my_jobs(tmp_path), "a job was submitted"
-    assert elapsed < 10, f"took {elapsed:.1f} s to fail"
+    # no run directory (Hydra's own multirun.yaml may be there): glob finds nothing in an absent dir too
+    assert [p.name for p in sweep.glob("*") if p.is_dir() and not p.name.startswith(".")] == []
+    assert not list(sweep.glob("**/metrics.json"))
+    assert not jobs, f"a job was submitted: {jobs}"
+    assert result["elapsed"] < 10, f"took {result['elapsed']:.1f} s to fail"
+
+
+def test_one_bad_input_in_its_own_interpreter(tmp_path):
+    """The case table runs in one interpreter: this one runs as a user does, a fresh `python -m hpctrain`."""
+    sweep = tmp_path / "sweep"
+    proc = run_hpctrain(["-m", "lr=1e-3,-2", "hydra/launcher=local", f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
+                        check=False, timeout=60)
+    assert proc.returncode != 0 and "run 1 (lr=-2): lr=-2.0: expected a number > 0" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (sweep / "sweep.json").exists()
 
 
 def test_all_bad_points_reported_together(tmp_path):

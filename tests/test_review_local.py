@@ -94,7 +94,7 @@ def test_report_best_run_files_and_plots(sweep):
     proc = review(["report", str(sweep)], cwd=sweep.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "ranked by val/loss (min)" in out
+    assert "ranked by val/loss (min, the objective)" in out  # the sweep's objective: the default metric
     assert f"best: #{best} lr={LRS[best]}" in out
     assert "RuntimeError: LrBoom: this run fails on purpose" in out  # the failed run's error, in the report
     result = json.loads((sweep / "results.json").read_text())
@@ -138,10 +138,11 @@ def test_report_metric_and_mode_options(sweep):
     assert json.loads((sweep / "results.json").read_text())["best"]["idx"] == max(losses, key=losses.get)
     bad = review(["report", str(sweep), "--metric", "val/acc"], cwd=sweep.parent)
     assert bad.returncode == 2 and "'val/acc'" in bad.stderr and "available: " in bad.stderr and "val/loss" in bad.stderr
-    review(["report", str(sweep)], cwd=sweep.parent)  # leave the default report for the tests after
 
 
 def test_best_command_reproduces_the_best_run(sweep, tmp_path):
+    proc = review(["report", str(sweep)], cwd=sweep.parent)  # its own report: no file of another test
+    assert proc.returncode == 0, proc.stderr
     best = json.loads((sweep / "results.json").read_text())["best"]
     words = shlex.split(best["command"])
     if "&&" in words:
@@ -292,6 +293,67 @@ def test_local_sweep_in_flight_status_and_cancel(tmp_path):
         assert after.returncode == 0 and after.stdout.splitlines()[-1] == "3 runs: 3 cancelled"
         time.sleep(1)
         assert not _processes_mentioning(str(sweep_dir)), "a process of the cancelled sweep is still running"
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)  # our own session only
+        for pid, _ in _processes_mentioning(str(sweep_dir)):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_tensorboard_refuses_a_taken_port_and_picks_the_next_free_one(sweep):
+    from hpctrain.review.tensorboard import pick_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        start = time.time()
+        proc = review(["tensorboard", str(sweep), "--port", str(port)], cwd=sweep.parent)
+        assert proc.returncode == 2 and time.time() - start < 60, proc.stdout + proc.stderr
+        assert f"port {port} on 127.0.0.1 is in use; pick another with --port" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        # without --port: the first free one from the default on, never the taken one
+        assert pick_port("127.0.0.1", first=port) != port
+
+
+def _status(sweep_dir: Path, cwd: Path) -> list:
+    proc = review(["status", str(sweep_dir), "--json"], cwd=cwd)
+    return json.loads(proc.stdout)["runs"] if proc.returncode == 0 and proc.stdout.strip() else []
+
+
+def test_cancel_one_run_of_a_local_sweep(tmp_path):
+    """`cancel --run N`: the running run stops and the next pending one starts; a pending run is refused."""
+    sweep_dir = tmp_path / "one"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "hpctrain", "-m", "lr=0.01,0.001,0.0001", "max_steps=1000000", "hydra/launcher=local",
+         "hydra.launcher.max_parallel=1", f"hydra.sweep.dir={sweep_dir}"],
+        cwd=tmp_path, env=hpctrain_env(env()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    try:
+        deadline, runs = time.time() + 180, []
+        while time.time() < deadline and not ([r["state"] for r in runs] == ["running", "queued", "queued"]
+                                              and (runs[0]["step"] or 0) > 0):
+            assert launcher.poll() is None, launcher.communicate()[0]
+            time.sleep(1)
+            runs = _status(sweep_dir, tmp_path) if (sweep_dir / "sweep.json").exists() else []
+        assert [r["state"] for r in runs] == ["running", "queued", "queued"]
+
+        pending = review(["cancel", str(sweep_dir), "--run", "2"], cwd=tmp_path)
+        assert pending.returncode == 2 and "cancel the whole sweep" in pending.stderr, pending.stderr
+        assert [r["state"] for r in _status(sweep_dir, tmp_path)][1:] == ["queued", "queued"]  # nothing changed
+
+        running = review(["cancel", str(sweep_dir), "--run", "0"], cwd=tmp_path)
+        assert running.returncode == 0, running.stdout + running.stderr
+        assert "#0 lr=0.01: was running, cancelled" in running.stdout
+        wait = time.time() + 120
+        while time.time() < wait and [r["state"] for r in _status(sweep_dir, tmp_path)] != \
+                ["cancelled", "running", "queued"]:
+            time.sleep(1)
+        assert [r["state"] for r in _status(sweep_dir, tmp_path)] == ["cancelled", "running", "queued"]
+        assert launcher.poll() is None  # the sweep goes on with its next run
+        assert review(["cancel", str(sweep_dir)], cwd=tmp_path).returncode == 0
+        launcher.wait(timeout=60)
+        assert [r["state"] for r in _status(sweep_dir, tmp_path)] == ["cancelled"] * 3
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)  # our own session only

@@ -98,11 +98,15 @@ def test_states_from_record_and_queue(tmp_path, fake_squeue):
         9: {"metrics": RUNNING, "record": [SUBMITTED, started("100_9")], "err": ""},  # vanished mid-run, no word
         10: {"record": [SUBMITTED, started("100_10"), ("pruned", {"step": 3})]},
         11: {"record": [SUBMITTED, started("100_11"), ("failed", {"error": "x", "rank": 1}), ("retrying", {"attempt": 1, "of": 1})]},
+        12: {"metrics": RUNNING, "record": [SUBMITTED, started("100_12")],  # as the test cluster wrote it
+             "err": "slurmstepd: error: *** JOB 9 ON n2 CANCELLED AT 2026-12-01T09:15:00 DUE TO NODE FAILURE, "
+                    "SEE SLURMCTLD LOG FOR DETAILS ***\n"},
     })
     snap = collect(load_sweep(sweep))
     got = {r.idx: r.state for r in snap.runs}
     assert got == {0: "running", 1: "queued", 2: "requeued", 3: "completed", 4: "failed", 5: "timeout",
-                   6: "cancelled", 7: "timeout", 8: "cancelled", 9: "failed", 10: "pruned", 11: "retrying"}
+                   6: "cancelled", 7: "timeout", 8: "cancelled", 9: "failed", 10: "pruned", 11: "retrying",
+                   12: "failed"}
     by_idx = {r.idx: r for r in snap.runs}
     assert by_idx[1].note == "Priority" and by_idx[1].step is None
     assert by_idx[3].elapsed_s == 12.0 and by_idx[3].loss == 0.1
@@ -110,7 +114,7 @@ def test_states_from_record_and_queue(tmp_path, fake_squeue):
     assert by_idx[4].error.endswith("ValueError: bad")
     assert by_idx[5].log.endswith("100_5_0_log.err")  # the log that says why
     assert "without a result" in by_idx[9].note
-    assert snap.counts() == {"queued": 1, "running": 1, "requeued": 1, "retrying": 1, "completed": 1, "failed": 2,
+    assert snap.counts() == {"queued": 1, "running": 1, "requeued": 1, "retrying": 1, "completed": 1, "failed": 3,
                              "timeout": 2, "cancelled": 2, "pruned": 1}
 
 

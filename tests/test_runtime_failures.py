@@ -11,6 +11,7 @@ from hpctrain import record
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 
 
+@pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
 def test_killed_task_is_recorded_failed_and_sibling_completes(tmp_path):
     sweep = tmp_path / "sweep"
@@ -40,10 +41,15 @@ def test_exception_is_recorded_with_its_traceback_on_local(tmp_path):
     record = metrics(boom)
     assert record["status"] == "failed"
     assert "RuntimeError: Boom: this model always fails" in record["error"]
-    assert "Traceback" in record["error"] or "line" in record["error"]
+    # the traceback's frames (its last lines), down to the line of the user's model that raised
+    frames = record["error"].splitlines()
+    assert frames[0].lstrip().startswith('File "'), record["error"]
+    assert any('user_models.py", line' in f and f.endswith("in forward") for f in frames), record["error"]
+    assert frames[-2].strip() == 'raise RuntimeError("Boom: this model always fails")', record["error"]
     assert metrics(fine)["status"] == "completed"
 
 
+@pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
 def test_a_crash_of_rank_1_alone_takes_the_job_down_and_is_retried(tmp_path):
     """Rank 1 raises, rank 0 only sees the fallout: the step ends at once (not the collective timeout),

@@ -68,6 +68,7 @@ def test_kill_during_checkpoint_save_resumes_from_previous(tmp_path):
     assert not list(ckpt_dir.glob(".last.pt.tmp-*"))  # the partial file was cleaned up
 
 
+@pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
 def test_shell_metacharacters_are_data_on_slurm(tmp_path):
     sweep = tmp_path / "a b;$(touch pwned1)`touch pwned2`"

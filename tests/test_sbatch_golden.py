@@ -53,6 +53,7 @@ def dry_run(slurm_cluster, tmp_path):
     return proc.stdout, tmp_path
 
 
+@pytest.mark.slurm
 def test_dry_run_matches_golden(dry_run):
     stdout, tmp_path = dry_run
     text = normalize(stdout, tmp_path)
@@ -65,6 +66,7 @@ def test_dry_run_matches_golden(dry_run):
                               f"UPDATE_GOLDEN=1\n--- got ---\n{text}")
 
 
+@pytest.mark.slurm
 def test_dry_run_script_makes_sense_and_slurm_accepts_it(dry_run):
     stdout, tmp_path = dry_run
     script, runs = stdout.split("\nruns (", 1)
@@ -79,6 +81,17 @@ def test_dry_run_script_makes_sense_and_slurm_accepts_it(dry_run):
     assert sbatch["cpus-per-task"] == "1" and sbatch["mem"] == "3GB"
     assert sbatch["signal"] == "USR2@90"  # checkpoint and requeue 90 s before the limit
     assert sbatch["open-mode"] == "append"  # a requeued run appends to its logs
+    # every line of the golden file's header has a meaning asserted here: no unexplained key
+    assert set(sbatch) == {"array", "cpus-per-task", "error", "gpus-per-node", "job-name", "mem", "nodes",
+                           "ntasks-per-node", "open-mode", "output", "partition", "signal", "time", "wckey"}
+    folder = tmp_path / "sweep" / ".submitit"
+    assert sbatch["output"] == f"{folder}/%A_%a_0_log.out" and sbatch["error"] == f"{folder}/%A_%a_0_log.err"
+    assert sbatch["job-name"] == "hpctrain"  # hydra.job.name
+    # the code snapshot of this submission comes first on the path, in the job and in the image
+    exports = dict(re.findall(r"^export (\w+)=(.*)$", script, re.M))
+    snapshot = tmp_path / "sweep" / ".hpctrain" / "submission-0" / "code"
+    assert f"{snapshot}{ROOT}" in exports["PYTHONPATH"] and exports["PYTHONSAFEPATH"] == "1"
+    assert exports["APPTAINERENV_PYTHONPATH"] == '"$PYTHONPATH"' and exports["SUBMITIT_EXECUTOR"] == "slurm"
     # the USR2 trap is in the setup, before the job step starts
     setup = script.split("# setup\n", 1)[1].split("# command\n", 1)[0]
     assert re.search(r"^trap .* USR2$", setup, re.M), setup
@@ -86,14 +99,41 @@ def test_dry_run_script_makes_sense_and_slurm_accepts_it(dry_run):
     argv = shlex.split(srun)
     i = argv.index("apptainer")
     assert argv[i:i + 3] == ["apptainer", "exec", "--nv"]
+    # srun: one log per task, the whole step ends when a rank dies, each task gets its CPUs
+    assert argv[1:i] == ["--unbuffered", "--output", f"{folder}/%A_%a_%t_log.out", "--error",
+                         f"{folder}/%A_%a_%t_log.err", "--kill-on-bad-exit=1", "--cpus-per-task=1"]
     binds = [argv[j + 1] for j in range(i, len(argv)) if argv[j] == "--bind"]
     assert binds == [str((tmp_path / "sweep").resolve()), str(tmp_path.resolve())]
     image_at = argv.index(str(tmp_path / "hpctrain.sif"))
     assert argv[image_at + 1:] == ["python", "-u", "-m", "submitit.core._submit", str(tmp_path / "sweep" / ".submitit")]
     assert runs.startswith("4 to submit") and "dry run: nothing submitted" in runs
+    listed = [line.split() for line in runs.splitlines()[1:] if line.strip() and line.split()[0].isdigit()]
+    assert listed == [[str(i), str(tmp_path / "sweep" / name)] for i, name in
+                      enumerate(["0_lr=0.001,seed=0", "1_lr=0.001,seed=1", "2_lr=0.0003,seed=0", "3_lr=0.0003,seed=1"])]
+    # teardown: the batch shell records how the step ended (run file, array index, exit code), in the image
+    teardown = script.split("# teardown\n", 1)[1]
+    ended = shlex.split(teardown.splitlines()[1])
+    assert ended[ended.index("-m") + 1:] == ["hydra_plugins.hpctrain_launcher.ended",
+                                             str(tmp_path / "sweep" / ".hpctrain" / "submission-0.runs.json"),
+                                             "${SLURM_ARRAY_TASK_ID:-0}", "$hpctrain_rc", "1", "||", "true"]
 
     # Slurm itself accepts the script (validated by the controller, nothing queued)
     path = tmp_path / "job.sh"
     path.write_text(script + "\n")
     check = subprocess.run(["sbatch", "--test-only", str(path)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0 and "to start at" in check.stderr, check.stderr
+
+
+@pytest.mark.slurm
+def test_account_qos_constraint_exclude_and_additional_parameters_reach_the_script(slurm_cluster, tmp_path):
+    proc = run_hpctrain(["-m", "max_steps=10", "hydra/launcher=slurm", "hydra.launcher.dry_run=true",
+                         "hydra.launcher.account=proj42", "hydra.launcher.qos=high", "hydra.launcher.constraint=a100",
+                         "hydra.launcher.exclude=n2", "+hydra.launcher.additional_parameters.begin=now+60",
+                         "+hydra.launcher.additional_parameters.mail_type=END", "hydra.launcher.timeout_min=90",
+                         f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, timeout=60)
+    script = proc.stdout.split("\nruns (", 1)[0]
+    sbatch = dict(re.findall(r"^#SBATCH --([\w-]+)=(.*)$", script, re.M))
+    assert sbatch["account"] == "proj42" and sbatch["qos"] == "high"
+    assert sbatch["constraint"] == "a100" and sbatch["exclude"] == "n2"
+    assert sbatch["begin"] == "now+60" and sbatch["mail-type"] == "END"
+    assert sbatch["time"] == "90"

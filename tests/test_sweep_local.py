@@ -24,10 +24,12 @@ def test_readme_sweep_on_local_executor(tmp_path):
         hparams = _hparams_tags(run_dir)
         assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= hparams
         assert "train/loss" in {m.name.tag for m in _experiment(run_dir).metric_infos}
-    # the summary: one line per run with its values, status, loss and TensorBoard path
-    for line in ("lr=0.001", "lr=0.0001"):
-        assert any(line in row and "completed" in row and "loss=" in row and "/tb" in row
-                   for row in proc.stdout.splitlines())
+    # the summary: one line per run with its values, status, final loss and TensorBoard path
+    for idx, run_dir in enumerate(run_dirs):
+        final = json.loads((run_dir / "metrics.json").read_text())["metrics"]["train/loss"]
+        (row,) = [r.split() for r in proc.stdout.splitlines() if r.strip().startswith(f"#{idx} ")]
+        assert row == [f"#{idx}", run_dir.name.split("_", 1)[1], "completed", f"loss={final:.4g}",
+                       f"tb={run_dir / 'tb'}"], row
 
 
 def _experiment(run_dir):
@@ -83,3 +85,20 @@ def test_sweep_from_a_file_with_command_line_values(tmp_path):
     names = [line.split()[-1].rsplit("/", 1)[-1] for line in runs]
     assert names == [f"{i}_lr={lr},seed={seed}" for i, (lr, seed) in
                      enumerate((lr, seed) for lr in ("0.001", "0.003") for seed in (5, 6, 7))]
+
+
+def test_sweep_over_a_config_group(tmp_path):
+    """optim=adamw,sgd: each run composes its own group option (config, optimizer state, run dir)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "optim=adamw,sgd", "max_steps=10", "eval_every=0", "hydra/launcher=local",
+                  f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    adamw, sgd = sweep / "0_optim=adamw", sweep / "1_optim=sgd"
+    targets = [OmegaConf.load(d / ".hydra" / "config.yaml").optim._target_ for d in (adamw, sgd)]
+    assert targets == ["torch.optim.AdamW", "torch.optim.SGD"]
+    states = [torch.load(d / "checkpoints" / "last.pt", weights_only=True)["optimizer"]["state"] for d in (adamw, sgd)]
+    assert all("exp_avg" in s for s in states[0].values())  # Adam's moments ...
+    assert not any("exp_avg" in s for s in states[1].values())  # ... which SGD does not keep
+    assert [json.loads((d / "metrics.json").read_text())["status"] for d in (adamw, sgd)] == ["completed"] * 2

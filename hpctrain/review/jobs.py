@@ -21,6 +21,8 @@ from typing import Dict, List, Optional
 # Slurm writes these into the job's stderr; submitit logs the last one when it gives up.
 _MARKERS = [
     ("timeout", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT|timed-out too many times")),
+    # "CANCELLED AT ... DUE TO NODE FAILURE" (seen on the test cluster with its node set down): no one cancelled it
+    ("failed", re.compile(r"CANCELLED AT \S+ DUE TO NODE FAIL")),
     ("cancelled", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT")),
 ]
 
@@ -51,7 +53,8 @@ def tail_lines(path: str, n: int = 10) -> List[str]:
 
 
 def log_marker(folder: Path, job_id: str) -> Optional[str]:
-    """``"timeout"`` or ``"cancelled"`` when Slurm or submitit wrote so at the end of the job's logs."""
+    """``"timeout"``, ``"failed"`` (node failure) or ``"cancelled"`` when Slurm or submitit wrote so at the end of
+    the job's logs."""
     text = tail(log_path(folder, job_id, "err"), 4096) + tail(log_path(folder, job_id, "out"), 4096)
     for state, pattern in _MARKERS:
         if pattern.search(text):

@@ -204,3 +204,20 @@ class IgnoresTargets(TinyNet):
 
     def forward(self, x: torch.Tensor, targets: torch.Tensor = None) -> torch.Tensor:
         return super().forward(x)
+
+
+class SlowDropout(TinyNet):
+    """Dropout (so a resume must restore the RNG) and ``delay_s`` of sleep per training forward, so a test
+    can kill the run between two checkpoints without thousands of steps."""
+
+    def __init__(self, in_features: int, num_classes: int, delay_s: float = 0.01) -> None:
+        super().__init__(in_features, num_classes)
+        self.drop = nn.Dropout(0.2)
+        self.delay_s = delay_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            import time
+
+            time.sleep(self.delay_s)
+        return self.body(self.drop(x))

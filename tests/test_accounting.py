@@ -1,0 +1,144 @@
+"""`status` against Slurm's accounting (slurmdbd, real `sacct`) and the launcher options on a real job.
+
+The test cluster runs slurmdbd: jobs that left the queue are judged by what sacct says when neither
+the run record nor the job's log does (cancelled before start), and a manual `scancel` of a running
+job is read from its log ("CANCELLED AT").
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import hpctrain_env, run_hpctrain
+from hpctrain import cluster
+from slurm_helpers import cancel, job_id, metrics, queued, run_dirs, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+
+
+def status(sweep, cwd) -> list:
+    proc = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep), "--json"], cwd=cwd,
+                          env=hpctrain_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)["runs"]
+
+
+def sacct_state(job: str) -> str:
+    return (cluster.sacct([job]) or {}).get(job, "")
+
+
+def test_completed_failed_and_options_reach_the_job(tmp_path):
+    """A completed and a failed run as sacct records them; setup, env and a user's -K reach the job."""
+    sweep, marker = tmp_path / "sweep", tmp_path / "setup_ran"
+    run_hpctrain(["-m", "model._target_=user_models.TinyNet,user_models.Boom", "max_steps=20", "hydra/launcher=slurm",
+                  "hydra.launcher.max_retries=0", "hydra.launcher.wait=true",
+                  "+hydra.launcher.env.HPCTRAIN_TEST_ENV=from-env",
+                  f"hydra.launcher.setup=['echo setup saw $HPCTRAIN_TEST_ENV in $SLURM_ARRAY_TASK_ID >> {marker}']",
+                  "hydra.launcher.srun_args=[-K0]", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=300,
+                 check=False)
+    fine, boom = run_dirs(sweep)
+    job = job_id(sweep).split("_")[0]
+    # submitit catches the Python error: both batch scripts exit 0, and sacct says COMPLETED for both ...
+    wait_for(lambda: sacct_state(f"{job}_0") == sacct_state(f"{job}_1") == "COMPLETED", 60,
+             "sacct to record both tasks")
+    # ... while status goes by the run record: the failed run stays failed
+    assert [r["state"] for r in status(sweep, tmp_path)] == ["completed", "failed"]
+    assert metrics(fine)["status"] == "completed" and metrics(boom)["status"] == "failed"
+    # the options: in the script Slurm ran, and their effect in the job
+    (script,) = {p.read_text() for p in (sweep / ".submitit").glob("*_submission.sh")}
+    (srun,) = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert " -K0 " in srun and "--kill-on-bad-exit" not in srun  # the user's -K replaces the default
+    assert "export HPCTRAIN_TEST_ENV=from-env" in script
+    assert sorted(marker.read_text().splitlines()) == ["setup saw from-env in 0", "setup saw from-env in 1"]
+
+
+def test_a_job_that_fails_before_its_task_starts_is_failed_by_sacct(tmp_path):
+    """A setup line that exits 3: no task ever runs, the record says only "submitted", the log says
+    nothing; sacct's FAILED is all that tells status."""
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "max_steps=20", "hydra/launcher=slurm", "hydra.launcher.setup=['exit 3']",
+                  f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=120)
+    job = job_id(sweep)
+    try:
+        wait_for(lambda: not queued(job), 120, "the job to end")
+        wait_for(lambda: sacct_state(f"{job}_0") == "FAILED" or sacct_state(job) == "FAILED", 60, "sacct FAILED")
+        (row,) = status(sweep, tmp_path)
+        assert row["state"] == "failed" and row["note"] == "sacct: FAILED", row
+    finally:
+        cancel(job)
+
+
+def test_cancelled_before_start_and_manual_scancel_while_running(tmp_path):
+    """A held task cancelled by a plain scancel never starts: sacct says CANCELLED. A running task killed
+    by scancel: its log says "CANCELLED AT", and status shows it cancelled, not failed."""
+    held, running = tmp_path / "held", tmp_path / "running"
+    run_hpctrain(["-m", "max_steps=20", "hydra/launcher=slurm", "+hydra.launcher.additional_parameters.hold=true",
+                  f"hydra.sweep.dir={held}"], cwd=tmp_path, timeout=120)
+    run_hpctrain(["-m", "max_steps=1000000", "log_every=10", "hydra/launcher=slurm", "hydra.launcher.max_retries=1",
+                  f"hydra.sweep.dir={running}"], cwd=tmp_path, timeout=120)
+    held_job, running_job = job_id(held), job_id(running)
+    try:
+        (script,) = [p.read_text() for p in (held / ".submitit").glob("*_submission.sh")]
+        assert "#SBATCH --hold" in script  # additional_parameters reach the script
+        assert [r["state"] for r in status(held, tmp_path)] == ["queued"]
+        subprocess.run(["scancel", held_job], check=True)
+        wait_for(lambda: not queued(held_job), 60, "the held job to leave the queue")
+        wait_for(lambda: sacct_state(f"{held_job}_0") == "CANCELLED" or sacct_state(held_job) == "CANCELLED", 60,
+                 "sacct to record the cancel")
+        (row,) = status(held, tmp_path)
+        assert row["state"] == "cancelled" and row["note"] == "sacct: CANCELLED", row
+
+        wait_for(lambda: len(run_dirs(running)) == 1 and (metrics(run_dirs(running)[0]).get("step") or 0) >= 10, 300,
+                 "the run to be under way")
+        subprocess.run(["scancel", running_job], check=True)
+        wait_for(lambda: not queued(running_job), 60, "the cancelled job to leave the queue")
+        log = "".join(p.read_text() for p in (running / ".submitit").glob("*_log.err"))
+        assert "CANCELLED AT" in log
+        (row,) = status(running, tmp_path)
+        assert row["state"] == "cancelled" and row["restarts"] == 0, row  # not a crash: not retried
+        wait_for(lambda: sacct_state(f"{running_job}_0") == "CANCELLED" or sacct_state(running_job) == "CANCELLED",
+                 60, "sacct to record the cancel")
+    finally:
+        cancel(held_job)
+        cancel(running_job)
+
+
+def _jobs_on(node: str) -> list:
+    out = subprocess.run(["squeue", "-h", "-w", node, "-o", "%i"], capture_output=True, text=True, timeout=30).stdout
+    return out.split()
+
+
+def test_a_run_whose_node_fails_is_failed_by_sacct(tmp_path):
+    """A run pinned to n2 without requeue; n2 goes down under it: sacct says NODE_FAIL, status says failed.
+
+    The node is drained first (nothing new starts there) and taken down only once this job is alone on
+    it, so no other job is killed; it is resumed whatever happens."""
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "max_steps=1000000", "log_every=10", "hydra/launcher=slurm", "hydra.launcher.max_retries=0",
+                  "+hydra.launcher.additional_parameters.nodelist=n2",
+                  "+hydra.launcher.additional_parameters.no_requeue=true", f"hydra.sweep.dir={sweep}"],
+                 cwd=tmp_path, timeout=120)
+    job = job_id(sweep)
+    drained = False
+    try:
+        wait_for(lambda: len(run_dirs(sweep)) == 1 and (metrics(run_dirs(sweep)[0]).get("step") or 0) >= 10, 300,
+                 "the run to be under way on n2")
+        subprocess.run(["scontrol", "update", "nodename=n2", "state=drain", "reason=hpctrain-test"], check=True)
+        drained = True
+        wait_for(lambda: [j.split("_")[0] for j in _jobs_on("n2")] == [job], 300, "n2 to hold this job only")
+        subprocess.run(["scontrol", "update", "nodename=n2", "state=down", "reason=hpctrain-test"], check=True)
+        wait_for(lambda: not queued(job), 120, "the job to leave the queue")
+        wait_for(lambda: sacct_state(f"{job}_0") == "NODE_FAIL" or sacct_state(job) == "NODE_FAIL", 60,
+                 "sacct NODE_FAIL")
+        log = "".join(p.read_text() for p in (sweep / ".submitit").glob("*_log.*"))
+        assert "DUE TO NODE FAIL" in log, log[-3000:]
+        (row,) = status(sweep, tmp_path)
+        assert row["state"] == "failed", (row, log[-3000:])  # a node failure is no user's cancel
+    finally:
+        cancel(job)
+        if drained:
+            subprocess.run(["scontrol", "update", "nodename=n2", "state=resume"], capture_output=True)
+            wait_for(lambda: "n2" not in subprocess.run(["sinfo", "-h", "-t", "down,drain,drng", "-N", "-o", "%N"],
+                                                         capture_output=True, text=True).stdout, 60, "n2 back")

@@ -1,0 +1,102 @@
+"""Slurm paths no other test reaches: a rerun of a partly finished sweep, time limits with retries allowed,
+a time-limit requeue that completes, and report on a Slurm sweep. Real jobs on the test cluster."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import hpctrain_env, run_hpctrain
+from hpctrain import record
+from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
+from trainer_helpers import compose, state_close
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+
+
+def test_rerun_submits_only_the_unfinished_runs_and_report_reads_the_sweep(tmp_path):
+    """Runs 2 and 3 fail on their first attempt only (max_retries=0); the same command again submits an
+    array of two tasks, indices 0 and 1, which are runs 2 and 3; report then ranks all four."""
+    sweep, m1, m2 = tmp_path / "sweep", tmp_path / "m1", tmp_path / "m2"
+    m1.mkdir(), m2.mkdir()
+    args = ["-m", "model._target_=user_models.TinyNet,user_models.Flaky", f"+model.marker_dir={m1},{m2}",
+            "max_steps=20", "hydra/launcher=slurm", "hydra.launcher.max_retries=0", "hydra.launcher.wait=true",
+            f"hydra.sweep.dir={sweep}"]
+    first = run_hpctrain(args, cwd=tmp_path, timeout=300, check=False)
+    assert first.returncode != 0, first.stdout + first.stderr
+    dirs = run_dirs(sweep)
+    assert [metrics(d)["status"] for d in dirs] == ["completed", "completed", "failed", "failed"]
+    before = [record_kinds(d) for d in dirs[:2]]
+
+    again = run_hpctrain(args, cwd=tmp_path, timeout=300)
+    for d in dirs[:2]:
+        assert f"  skip {d.name}: already completed" in again.stdout.splitlines(), again.stdout
+    submission = json.loads((sweep / "sweep.json").read_text())["submissions"][-1]
+    assert submission["runs"] == [2, 3]
+    (array,) = submission["job_ids"]
+    assert [metrics(d)["status"] for d in dirs] == ["completed"] * 4
+    # array index != run index: task 0 ran run 2, task 1 ran run 3
+    assert [record.read(d).job_id for d in dirs[2:]] == [f"{array}_0", f"{array}_1"]
+    assert [record_kinds(d) for d in dirs[:2]] == before  # the completed runs were not touched
+
+    report = subprocess.run([sys.executable, "-m", "hpctrain", "report", str(sweep)], cwd=tmp_path,
+                            env=hpctrain_env(), capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    results = json.loads((sweep / "results.json").read_text())
+    assert sorted(r["idx"] for r in results["runs"]) == [0, 1, 2, 3]
+    truth = {i: metrics(d)["metrics"]["val/loss"] for i, d in enumerate(dirs)}
+    assert results["best"]["idx"] == min(truth, key=truth.get)
+    assert results["best"]["value"] == truth[results["best"]["idx"]]
+
+
+def test_time_limit_is_not_retried_as_a_crash(tmp_path):
+    """max_retries=2 but max_num_timeout=0: the time limit ends the run as timeout, with no retry."""
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "max_steps=1000000", "hydra/launcher=slurm", "hydra.launcher.timeout_min=1",
+                  "hydra.launcher.signal_delay_s=5", "hydra.launcher.max_num_timeout=0",
+                  "hydra.launcher.max_retries=2", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=60)
+    job = job_id(sweep)
+    try:
+        wait_for(lambda: not queued(job), 300, "the job to time out and leave the queue", every=2)
+        (run_dir,) = run_dirs(sweep)
+        kinds = record_kinds(run_dir)
+        assert kinds.count("started") == 1 and "retrying" not in kinds, kinds
+        proc = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep), "--json"], cwd=tmp_path,
+                              env=hpctrain_env(), capture_output=True, text=True, timeout=120)
+        (row,) = json.loads(proc.stdout)["runs"]
+        assert row["state"] == "timeout" and row["restarts"] == 0, row
+    finally:
+        cancel(job)
+
+
+def test_time_limit_requeue_then_completes_with_the_weights_of_an_uninterrupted_run(tmp_path):
+    """A 1-minute limit and over 50 s of training (USR2 comes 15 to 45 s in): checkpoint, requeue, resume,
+    completion."""
+    sweep = tmp_path / "sweep"
+    train = ["max_steps=2500", "log_every=50", "eval_every=0", "ckpt_every=0", "model._target_=user_models.SlowDropout"]
+    run_hpctrain(["-m", *train, "+model.delay_s=0.02", "hydra/launcher=slurm", "hydra.launcher.timeout_min=1",
+                  "hydra.launcher.signal_delay_s=15", "hydra.launcher.max_num_timeout=8",
+                  f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=60)
+    job = job_id(sweep)
+    try:
+        wait_for(lambda: len(run_dirs(sweep)) == 1, 120, "the run to start")
+        (run_dir,) = run_dirs(sweep)
+        wait_for(lambda: metrics(run_dir).get("status") in ("completed", "failed", "timeout"), 540,
+                 "the run to end", every=2)
+        assert metrics(run_dir)["status"] == "completed", metrics(run_dir)
+        kinds = record_kinds(run_dir)
+        assert kinds.count("requeued") >= 1 and kinds[-1] == "completed", kinds
+        assert "resumed from" in (run_dir / "hpctrain.log").read_text()
+    finally:
+        cancel(job)
+    # the same run without interruption (no sleep: the delay changes no number), in this process
+    from hpctrain.distributed import DistInfo
+    from hpctrain.trainer import Trainer
+
+    reference = Trainer(compose(train + ["+model.delay_s=0"]), tmp_path / "reference", DistInfo())
+    reference.fit()
+    done = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert done["step"] == 2500
+    assert state_close(done["model"], reference.raw_model.state_dict(), atol=0)
