@@ -137,6 +137,19 @@ def test_restarts_and_a_rerun_of_a_failed_run(tmp_path, fake_squeue):
     assert states(sweep) == {0: "running"}
 
 
+def test_sacct_completed_without_a_recorded_completion_is_failed(tmp_path, fake_squeue):
+    """A job script exits 0 whatever its run did (submitit catches the error, the teardown ends with
+    ``|| true``): sacct's COMPLETED alone must not make a run completed."""
+    fake_squeue([], acct=["100_0|COMPLETED", "100_1|COMPLETED"])
+    sweep = make_sweep(tmp_path / "s", {
+        0: {"metrics": RUNNING, "record": [SUBMITTED, started("100_0")]},
+        1: {"record": [SUBMITTED, started("100_1"), ("completed", {})]},
+    })
+    snap = collect(load_sweep(sweep))
+    assert [r.state for r in snap.runs] == ["failed", "completed"]
+    assert "never recorded its completion" in snap.runs[0].note
+
+
 def test_cancelled_record_result_pickle_and_sacct(tmp_path, fake_squeue):
     fake_squeue([], acct=["100_[3-5%2]|TIMEOUT", "100_6|CANCELLED by 0"])
     sweep = make_sweep(tmp_path / "s", {

@@ -142,6 +142,10 @@ class _Judge:
                 return marker, "from the job's log"
             acct = self.sacct(job_id)
             if acct in cluster.SACCT_FINAL:
+                if cluster.SACCT_FINAL[acct] == State.COMPLETED.value:
+                    # the job script ended well (its last line is `|| true`), but the run never recorded
+                    # its completion: it ended without a result
+                    return State.FAILED.value, f"sacct: {acct}, but the run never recorded its completion: see its log"
                 return cluster.SACCT_FINAL[acct], f"sacct: {acct}"
             outcome = jobs.result_outcome(folder, job_id)
             if outcome:
