@@ -205,12 +205,12 @@ class Gres:
 _GRES = re.compile(r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?:(?P<count>\d+)[KMG]?(?:\((?P<extra>[^)]*)\))?$")
 
 
-def _split_top(text: str) -> List[str]:
-    """Split on commas outside parentheses (``gpu:4(S:0,1),shard:8``)."""
+def _split_outside(text: str, brackets: str) -> List[str]:
+    """Split on commas outside ``brackets`` (``"()"``: ``gpu:4(S:0,1),shard:8``; ``"[]"``: ``n[1-3,7],m1``)."""
     parts, depth, cur = [], 0, ""
     for ch in text:
-        depth += ch == "("
-        depth -= ch == ")"
+        depth += ch == brackets[0]
+        depth -= ch == brackets[1]
         if ch == "," and depth == 0:
             parts.append(cur)
             cur = ""
@@ -225,7 +225,7 @@ def parse_gres(text: str) -> List[Gres]:
     if text in ("", "(null)", "N/A"):
         return []
     out = []
-    for entry in _split_top(text):
+    for entry in _split_outside(text, "()"):
         entry = entry.strip()
         m = _GRES.match(entry)
         if m:
@@ -249,7 +249,7 @@ def expand_nodelist(text: str) -> List[str]:
     if text in ("", "(null)"):
         return []
     out: List[str] = []
-    for item in _split_brackets(text):
+    for item in (p for p in _split_outside(text, "[]") if p):
         m = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\](.*)", item)
         if not m:
             out.append(item)
@@ -261,19 +261,6 @@ def expand_nodelist(text: str) -> List[str]:
             for i in range(int(lo), int(hi or lo) + 1):
                 out += [prefix + str(i).zfill(width) + tail for tail in (expand_nodelist(rest) or [""])]
     return out
-
-
-def _split_brackets(text: str) -> List[str]:
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    return [p for p in parts + [cur] if p]
 
 
 def time_limit_minutes(text: str) -> Optional[int]:

@@ -12,7 +12,6 @@ optuna is imported in :meth:`SearchSweeper.sweep` only, never at plugin discover
 
 import importlib.util
 import os
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,9 +152,9 @@ class SearchSweeper(Sweeper):
         if launcher.kind == "slurm":
             print(f"hpctrain: submitted {len(runs)} search worker(s) as Slurm job {ids[0].split('_')[0]}"
                   f"{' (one array)' if len(runs) > 1 else ''}")
-            print(f"  sweep dir: {sweep_dir}")
-            for verb in ("status", "report", "tensorboard", "cancel"):
-                print(f"  python -m hpctrain {verb} {shlex.quote(str(sweep_dir))}")
+            from .slurm import print_next_commands
+
+            print_next_commands(sweep_dir)
             if not launcher.params.wait:
                 return None
             from hpctrain import cluster

@@ -174,9 +174,7 @@ class SlurmLauncher(BaseLauncher):
         else:
             print(f"hpctrain: submitted {len(runs)} run(s) as Slurm job {ids[0]}"
                   f"{' (one array' + packed + ')' if n_tasks > 1 else ''}")
-        print(f"  sweep dir: {sweep_dir}")
-        for verb in ("status", "report", "tensorboard", "cancel"):
-            print(f"  python -m hpctrain {verb} {shlex.quote(str(sweep_dir))}")
+        print_next_commands(sweep_dir)
         if not self.params.wait:
             return [self._placeholder(r, JobStatus.COMPLETED) for r in runs]
         return self._wait(runs, jobs, sweep_dir)
@@ -256,3 +254,10 @@ class SlurmLauncher(BaseLauncher):
                 problems.append(f"hydra.launcher.mem_gb={p.mem_gb}: nodes of partition {name!r} have at most "
                                 f"{max_mem / 1024:.1f} GB")
         return problems
+
+
+def print_next_commands(sweep_dir: Path) -> None:
+    """After a submission that returns at once: where the sweep is and how to follow it."""
+    print(f"  sweep dir: {sweep_dir}")
+    for verb in ("status", "report", "tensorboard", "cancel"):
+        print(f"  python -m hpctrain {verb} {shlex.quote(str(sweep_dir))}")
