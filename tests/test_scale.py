@@ -56,6 +56,7 @@ def _squeue_tasks(ids):
     return out.stdout.split()
 
 
+@pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
 def test_sweep_past_max_array_size_is_several_arrays_one_sweep(tmp_path):
     limits = cluster.array_limits()
@@ -88,6 +89,7 @@ def test_sweep_past_max_array_size_is_several_arrays_one_sweep(tmp_path):
         subprocess.run(["scancel", *ids], capture_output=True)
 
 
+@pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
 def test_packed_sweep_runs_as_two_tasks_and_all_complete(tmp_path):
     sweep = tmp_path / "sweep"
@@ -108,6 +110,7 @@ def test_packed_sweep_runs_as_two_tasks_and_all_complete(tmp_path):
     assert "Traceback" not in log
 
 
+@pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
 def test_packed_task_preempted_with_usr2_resumes_all_its_runs(tmp_path):
     sweep = tmp_path / "sweep"
@@ -131,6 +134,7 @@ def test_packed_task_preempted_with_usr2_resumes_all_its_runs(tmp_path):
         subprocess.run(["scancel", job.split("_")[0]], capture_output=True)
 
 
+@pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
 def test_sweep_over_the_queue_cap_is_refused_with_the_numbers(tmp_path):
     account = f"hpct{uuid.uuid4().hex[:8]}"
@@ -159,6 +163,7 @@ def test_sweep_over_the_queue_cap_is_refused_with_the_numbers(tmp_path):
         subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
 
 
+@pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
 def test_packed_runs_retry_each_on_its_own_and_completed_runs_are_not_run_again(tmp_path):
     sweep, marker = tmp_path / "sweep", tmp_path / "marker"
