@@ -49,10 +49,22 @@ def run_dir_of(sweep: Path, number: int) -> Path:
     return d
 
 
+def running_trial(sweep: Path, owner: str) -> "int | None":
+    """The number of the trial a worker holds now: its lease names the worker and the study has it running
+    (a lease is left in place when its trial ends, so the lease alone may name a finished trial)."""
+    if not (sweep / ".hpctrain" / "study.journal").exists():
+        return None
+    running = {t.number for t in trials(sweep) if t.state.name == "RUNNING"}
+    for p in (sweep / ".hpctrain" / "trials").glob("*.json"):
+        if int(p.stem) in running and json.loads(p.read_text()).get("owner") == owner:
+            return int(p.stem)
+    return None
+
+
 def owner_step(sweep: Path, owner: str) -> int:
     """The step of the trial a worker is running now (0 before it has one)."""
-    lease = lease_of(sweep, owner)
-    found = [p for p in trial_dirs(sweep) if lease and p.name.startswith(f"trial-{lease['number']:03d}")]
+    number = running_trial(sweep, owner)
+    found = [p for p in trial_dirs(sweep) if number is not None and p.name.startswith(f"trial-{number:03d}")]
     return int(metrics(found[0]).get("step") or 0) if found else 0
 
 
@@ -225,18 +237,20 @@ def test_sigkilled_worker_then_the_same_command_again_ends_at_exactly_n_trials(t
         owner = f"{job}_2"
         wait_for(lambda: owner_step(sweep, owner) >= 60, 900, "worker 2 to be under way with a trial")
         subprocess.run(["scancel", "--signal=KILL", owner], check=True)  # no warning, no checkpoint call
+        wait_for(lambda: owner not in [line.split()[0] for line in queued(job)], 60, "the killed worker to end")
+        # the trial the worker held when it died (its next one, if it had just finished one)
+        number = running_trial(sweep, owner)
+        assert number is not None, [(t.number, t.state) for t in trials(sweep)]
         wait_for(lambda: not queued(job), 900, "the first workers to end")
         rerun = run_hpctrain(args + ["hydra.launcher.wait=true"], cwd=tmp_path, timeout=900, check=False)
         found = trials(sweep)
         assert len(found) == 8, rerun.stdout
         assert all(t.state.is_finished() for t in found), [(t.number, t.state) for t in found]
-        # the trial the killed worker was running: its last start was by that worker, or it was taken over
-        starts = {d: [json.loads(p.read_text()) for p in sorted((d / ".hpctrain" / "record").glob("*.started.*"))]
-                  for d in trial_dirs(sweep)}
-        (run_dir,) = [d for d, s in starts.items() if s[0]["job_id"] == owner and s[-1]["job_id"] != owner]
-        number = int(run_dir.name.split("_")[0].split("-")[1])
+        run_dir = run_dir_of(sweep, number)
+        starts = [json.loads(p.read_text()) for p in sorted((run_dir / ".hpctrain" / "record").glob("*.started.*"))]
         killed = [t for t in found if t.number == number][0]
-        assert starts[run_dir][-1]["how"] == "adopted"
+        # taken over by another worker of the first array or of the second command
+        assert starts[-1]["job_id"] != owner and starts[-1]["how"] == "adopted", starts
         if killed.state.name == "COMPLETE":  # resumed (from its checkpoint, if it had one) by another worker
             assert metrics(run_dir)["step"] == 1000 and metrics(run_dir)["status"] == "completed"
         else:
