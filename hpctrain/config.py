@@ -142,6 +142,10 @@ class TrainConfig:
     num_workers: int = 0
 
 
+# hydra.sweep.subdir of conf/config.yaml: the launcher's plan fills it in with :func:`dirname` directly.
+DIRNAME_TEMPLATE = "${hpctrain.dirname:${hydra.job.num},${hydra.job.override_dirname}}"
+
+
 def dirname(num: int, overrides: str, limit: int = 120) -> str:
     """A run directory name, ``<num>_<swept values>``: one path component, of bounded length.
 

@@ -16,14 +16,19 @@ from omegaconf.errors import OmegaConfBaseException
 from hpctrain.config import OBJECTIVE_MODES, PRECISIONS
 
 
-def validate_job(cfg: DictConfig, world_size: int = 1) -> List[str]:
-    """Every problem of this config, each one line naming the key, the value and what is expected."""
+def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """Every problem of this config, each one line naming the key, the value and what is expected.
+
+    ``plain``: the config already resolved to plain containers, when the caller has it (the launcher's
+    plan shares one between a sweep's points); else it is resolved here.
+    """
     problems: List[str] = []
-    try:
-        plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", "") or "config"
-        return [f"{key}: {str(exc).splitlines()[0]}"]
+    if plain is None:
+        try:
+            plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[assignment]
+        except OmegaConfBaseException as exc:
+            key = getattr(exc, "full_key", "") or "config"
+            return [f"{key}: {str(exc).splitlines()[0]}"]
     # the checks read the resolved plain copy: DictConfig attribute access cost more than the resolve
     cfg = _Plain(plain)  # type: ignore[assignment]
 

@@ -9,6 +9,7 @@ import os
 import shlex
 import sys
 import time
+from inspect import signature
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -88,8 +89,15 @@ class BaseLauncher(Launcher):
         exclude_constant_keys(self.config, job_overrides)
         validate = getattr(self.task_function, "validate_job", None)
         world_size = self.world_size()
-        inspect = (lambda cfg: validate(cfg, world_size=world_size)) if validate is not None else None
-        runs, problems = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx, inspect)
+        takes_plain = validate is not None and _takes(validate, "plain")
+
+        def inspect(cfg: DictConfig, plain: Optional[Dict[str, Any]]) -> List[str]:
+            if takes_plain and plain is not None:
+                return validate(cfg, world_size=world_size, plain=plain)
+            return validate(cfg, world_size=world_size)
+
+        runs, problems = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx,
+                                   inspect if validate is not None else None)
         problems = self.check(runs, sweep_dir) + problems
         if problems:
             lines = "\n".join(f"  {p}" for p in problems)
@@ -367,3 +375,11 @@ def summary_lines(runs: List[Run]) -> List[str]:
         lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name.split('/')[-1]}={shown:<8} "
                      f"tb={run.run_dir / runfiles.TB_DIR}")
     return lines
+
+
+def _takes(function: Any, name: str) -> bool:
+    """Whether ``function`` has a parameter ``name`` (False where its signature cannot be read)."""
+    try:
+        return name in signature(function).parameters
+    except (TypeError, ValueError):
+        return False

@@ -12,10 +12,13 @@ interpolation grammar were nearly all of the time):
 - points that set the same keys to plain values (``lr=...,seed=...``) share ONE working config: each
   point's values replace the previous point's, the point is checked (``inspect``) right then, and its
   own config is only built again when someone asks for ``Run.cfg``;
+- the resolved plain copy that validation reads is made once per composed base when the app's config
+  holds no interpolation; each point's copy shares it, with the point's own values set along their paths
+  (OmegaConf's ``to_container`` of the whole config was a third of the time);
 - the run dir name is filled in from ``hydra.sweep.subdir`` by plain substitution when that template
-  only uses ``${hydra.job.*}`` values (Hydra's default), else resolved by OmegaConf, with OmegaConf's
-  interpolation grammar parsed once per distinct string while the plan is made (:func:`_parse_once`:
-  ANTLR parsing was 2 ms per interpolation, four per point).
+  only uses ``${hydra.job.*}`` values (Hydra's default) or is hpctrain's own name template, else resolved
+  by OmegaConf, with OmegaConf's interpolation grammar parsed once per distinct string while the plan is
+  made (:func:`_parse_once`: ANTLR parsing was 2 ms per interpolation, four per point).
 """
 
 import contextlib
@@ -32,8 +35,12 @@ from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hpctrain.compat import apply_overrides, get_overrides_dirname
+from hpctrain.config import DIRNAME_TEMPLATE, dirname as hpctrain_dirname
 
-Inspect = Callable[[DictConfig], List[str]]  # a point's problems, checked while its config is at hand
+# A point's problems, checked while its config is at hand: (its config, its resolved plain copy when the
+# plan has one at hand cheaply, else None).
+Inspect = Callable[[DictConfig, Optional[Dict[str, Any]]], List[str]]
+_UNSET: Any = object()
 
 
 @dataclass
@@ -70,6 +77,18 @@ class _Base:
     template: Optional[List[Tuple[str, Optional[str]]]]  # subdir as (text, hydra.job key) pieces; None: resolve
     working: Dict[Tuple[str, ...], DictConfig] = field(default_factory=dict)  # shared config per set of keys
     naming: Optional[DictConfig] = None  # hydra.job values and hydra.sweep.subdir, to resolve run dir names
+    plain: Any = _UNSET  # ``task`` resolved to plain containers, and where it holds interpolations
+
+    def resolved(self) -> Optional[Tuple[Dict[str, Any], List[str]]]:
+        """``task`` as plain containers (made once), and the dotted keys of its interpolated values (each
+        point resolves those again: they may read its values); None when the shortcut does not hold (a
+        missing value, an interpolation inside a list)."""
+        if self.plain is _UNSET:
+            paths: List[str] = []
+            raw = OmegaConf.to_container(self.task, resolve=False)
+            plain = _try_resolve(self.task) if _interpolated(raw, "", paths) else None
+            self.plain = (plain, paths) if plain is not None else None
+        return self.plain
 
 
 class OverrideCache:
@@ -131,7 +150,7 @@ def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequenc
             parsed = parse(overrides)
             if any(o.key_or_group.startswith("hydra") for o in parsed):
                 run = _full_compose(loader, config, parsed, idx, list(overrides))  # rare: Hydra itself swept
-                cfg = run.cfg
+                cfg, plain = run.cfg, None
             else:
                 for o in parsed:
                     if o.key_or_group not in is_group:
@@ -142,10 +161,14 @@ def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequenc
                 base = bases[groups]
                 values = [o for o in parsed if not is_group[o.key_or_group]]
                 cfg = _point_config(base, values)
+                plain = _point_plain(base, values, cfg) if inspect is not None else None
                 run = Run(idx=idx, overrides=list(overrides), run_dir=_run_dir(base, parsed, idx),
                           _make_cfg=_maker(base, values))
-            run.max_steps = OmegaConf.select(cfg, "max_steps", default=None)
-            problems = inspect(cfg) if inspect is not None else []
+            if plain is not None:
+                run.max_steps = plain.get("max_steps")
+            else:
+                run.max_steps = OmegaConf.select(cfg, "max_steps", default=None)
+            problems = inspect(cfg, plain) if inspect is not None else []
         except Exception as exc:  # noqa: BLE001 - every bad point is reported, not just the first
             errors.append(f"run {idx} ({' '.join(overrides)}): {_one_line(exc)}")
             continue
@@ -173,6 +196,62 @@ def _point_config(base: _Base, values: List[Any]) -> DictConfig:
     apply_overrides(values, work)  # raises on a bad value: the point's error
     base.working[keys] = work  # only once a point applied cleanly
     return work
+
+
+def _point_plain(base: _Base, values: List[Any], cfg: DictConfig) -> Optional[Dict[str, Any]]:
+    """The point's resolved plain copy, from its base's: containers are copied only along the paths of the
+    point's keys and of the config's interpolated values, each set to what OmegaConf gives for it in ``cfg``
+    (the point's values as Hydra's override machinery stored them, converted and type-checked).
+    None where the shortcut does not hold: the caller resolves the whole config."""
+    resolved = base.resolved()
+    if resolved is None or not values or not all(_plain(o) for o in values):
+        return None
+    base_plain, interpolated = resolved
+    keys = [o.key_or_group for o in values]
+    if any("[" in key for key in keys):
+        return None
+    plain = dict(base_plain)
+    try:
+        for key in keys + interpolated:
+            *parents, leaf = key.split(".")
+            node = plain
+            for name in parents:
+                child = node.get(name)
+                if not isinstance(child, dict):
+                    return None
+                node[name] = node = dict(child)
+            value = OmegaConf.select(cfg, key, throw_on_missing=True)
+            node[leaf] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    except Exception:  # noqa: BLE001 - resolved whole by the caller, which reports it
+        return None
+    return plain
+
+
+def _interpolated(raw: Any, prefix: str, paths: List[str]) -> bool:
+    """Collect the dotted keys of interpolated values in ``raw`` (``to_container(resolve=False)``) into
+    ``paths``; False when one sits inside a list (not addressed by a dotted key here)."""
+    if isinstance(raw, dict):
+        return all(_interpolated(v, f"{prefix}{k}.", paths) for k, v in raw.items())
+    if isinstance(raw, list):
+        return not any(_interpolated_any(v) for v in raw)
+    if isinstance(raw, str) and "${" in raw:
+        paths.append(prefix[:-1])
+    return True
+
+
+def _interpolated_any(raw: Any) -> bool:
+    if isinstance(raw, dict):
+        return any(_interpolated_any(v) for v in raw.values())
+    if isinstance(raw, list):
+        return any(_interpolated_any(v) for v in raw)
+    return isinstance(raw, str) and "${" in raw
+
+
+def _try_resolve(cfg: DictConfig) -> Optional[Dict[str, Any]]:
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
+    except Exception:  # noqa: BLE001 - a missing value: each point is resolved (and reported) whole
+        return None
 
 
 def _maker(base: _Base, values: List[Any]) -> Callable[[], DictConfig]:
@@ -204,7 +283,10 @@ _JOB_REF = re.compile(r"\$\{hydra\.job\.(num|id|name|override_dirname)\}")
 
 def _template(subdir: Any) -> Optional[List[Tuple[str, Optional[str]]]]:
     """``"${hydra.job.num}_${hydra.job.override_dirname}"`` -> text and key pieces; None when the template
-    uses anything else (another interpolation, a resolver, escapes): then OmegaConf resolves it."""
+    uses anything else (another interpolation, a resolver, escapes): then OmegaConf resolves it.
+    hpctrain's own template (its resolver over those two values) is one piece, ``hpctrain``."""
+    if subdir == DIRNAME_TEMPLATE:
+        return [("", "hpctrain")]
     if not isinstance(subdir, str):
         return None
     pieces: List[Tuple[str, Optional[str]]] = []
@@ -224,6 +306,8 @@ def _run_dir(base: _Base, parsed: List[Any], idx: int) -> Path:
                                     item_sep=base.dirname["item_sep"], exclude_keys=base.dirname["exclude_keys"])
     if base.template is not None:
         job = {"num": str(idx), "id": f"plan_{idx}", "name": base.job_name, "override_dirname": dirname}
+        if base.template == [("", "hpctrain")]:
+            return Path(base.sweep_dir) / hpctrain_dirname(idx, dirname)
         return Path(base.sweep_dir) / "".join(text if key is None else job[key] for text, key in base.template)
     if base.naming is None:  # one naming config per base; each point sets its values into it
         base.naming = OmegaConf.create({"hydra": {
