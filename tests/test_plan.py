@@ -16,12 +16,12 @@ from hpctrain.config import DIRNAME_TEMPLATE
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 
 
-def _dry_run(monkeypatch, tmp_path, *args: str) -> "tuple[List[tuple], str]":
+def _dry_run(monkeypatch, tmp_path, *args: str, seen: Optional[List[tuple]] = None) -> List[tuple]:
     """Run ``python -m hpctrain -m ARGS`` dry, in this process; every point's (config, plain copy) seen."""
     from hpctrain.__main__ import main
     from hpctrain.app import train
 
-    seen: List[tuple] = []
+    seen = [] if seen is None else seen
     real = getattr(train.validate_job, "real", train.validate_job)  # not a spy of an earlier call
 
     def spy(cfg: DictConfig, world_size: int = 1, plain: Optional[Dict[str, Any]] = None) -> List[str]:
@@ -62,3 +62,49 @@ def test_run_dir_names_are_hydras(monkeypatch, tmp_path, capsys):
                                        f"+tag={long},lr=0.002", "+tag=a/b,lr=0.002"])]
     assert listed == expected
     assert len(listed[0]) == 120 and listed[1] == "1_+tag=a%2Fb,lr=0.001"
+
+
+def test_a_bad_point_between_good_ones_leaves_them_exact(monkeypatch, tmp_path, capsys):
+    # the shared working config is partly updated by the bad point: the next point must not inherit that
+    seen: List[tuple] = []
+    with pytest.raises(SystemExit):
+        _dry_run(monkeypatch, tmp_path, "seed=1,2", "lr=1e-3,abc,2e-3", "max_steps=5,x", seen=seen)
+    err = capsys.readouterr().err
+    bad = [line for line in err.splitlines() if line.startswith("  run ")]
+    assert len(bad) == 8 and all("abc" in line or "max_steps=x" in line for line in bad), err
+    good = [(full["seed"], full["lr"], full["max_steps"]) for full, plain in seen if plain == full]
+    assert good == [(1, 1e-3, 5), (1, 2e-3, 5), (2, 1e-3, 5), (2, 2e-3, 5)]
+
+
+def test_grid_points_each_get_their_own_values(monkeypatch, tmp_path):
+    seen = _dry_run(monkeypatch, tmp_path, "seed=1,2,3", "lr=1e-3,2e-3", "data.num_features=4,6", "max_steps=9")
+    assert len(seen) == 12 and all(plain == full for full, plain in seen)
+    got = [(full["seed"], full["lr"], full["data"]["num_features"], full["model"]["in_features"]) for full, _ in seen]
+    assert got == [(s, lr, f, f) for s in (1, 2, 3) for lr in (1e-3, 2e-3) for f in (4, 6)]
+
+
+def test_a_value_a_failed_point_left_behind_is_applied_again():
+    """Unit check of the shared working config: a point that fails on its second key has already changed
+    its first; the next point, back at the first key's old value, must get that value again."""
+    from dataclasses import dataclass
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hydra_plugins.hpctrain_launcher.plan import _Base, _point_config
+
+    @dataclass
+    class Cfg:
+        a: int = 0
+        b: int = 0
+
+    base = _Base(task=OmegaConf.structured(Cfg), subdir="", sweep_dir="", job_name="", dirname={}, template=None)
+    parser = OverridesParser.create()
+    got = []
+    for point in (["a=1", "b=1"], ["a=2", "b=x"], ["a=1", "b=2"]):
+        try:
+            cfg = _point_config(base, parser.parse_overrides(point))
+        except Exception:  # noqa: BLE001 - b=x is not an int
+            got.append("error")
+            continue
+        got.append((cfg.a, cfg.b))
+    assert got == [(1, 1), "error", (1, 2)]

@@ -42,6 +42,7 @@ class BaseLauncher(Launcher):
         self.hydra_context: Optional[HydraContext] = None
         self.code: Optional[snapshot.Snapshot] = None  # the code snapshot: planned in check(), taken once
         self.record_path: Optional[Path] = None  # this submission's record of what ran (provenance.py)
+        self._task_name: Optional[str] = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
@@ -326,8 +327,9 @@ class BaseLauncher(Launcher):
 
     def _placeholder(self, run: Run, status: JobStatus) -> JobReturn:
         """A JobReturn for a run whose job gave none (skipped, dry run, not waited for, died)."""
-        ret = _PlanReturn(overrides=run.overrides, status=status, _return_value=None,
-                          task_name=str(self.config.hydra.job.name) if self.config is not None else None)
+        if self._task_name is None and self.config is not None:
+            self._task_name = str(self.config.hydra.job.name)  # read once: 10,000 placeholders in a sweep
+        ret = _PlanReturn(overrides=run.overrides, status=status, _return_value=None, task_name=self._task_name)
         ret.run = run
         ret.working_dir = str(run.run_dir)
         return ret

@@ -75,20 +75,33 @@ class _Base:
     job_name: str
     dirname: Dict[str, Any]  # hydra.job.config.override_dirname
     template: Optional[List[Tuple[str, Optional[str]]]]  # subdir as (text, hydra.job key) pieces; None: resolve
-    working: Dict[Tuple[str, ...], DictConfig] = field(default_factory=dict)  # shared config per set of keys
+    working: Dict[Tuple[str, ...], "_Working"] = field(default_factory=dict)  # shared config per set of keys
     naming: Optional[DictConfig] = None  # hydra.job values and hydra.sweep.subdir, to resolve run dir names
     plain: Any = _UNSET  # ``task`` resolved to plain containers, and where it holds interpolations
 
-    def resolved(self) -> Optional[Tuple[Dict[str, Any], List[str]]]:
-        """``task`` as plain containers (made once), and the dotted keys of its interpolated values (each
-        point resolves those again: they may read its values); None when the shortcut does not hold (a
+    readers: Dict[Tuple[str, ...], List[str]] = field(default_factory=dict)  # per key set: interpolations to redo
+
+    def resolved(self) -> Optional[Tuple[Dict[str, Any], List[Tuple[str, str]]]]:
+        """``task`` as plain containers (made once), and the dotted key and text of each interpolated value
+        (a point resolves again those that may read its values); None when the shortcut does not hold (a
         missing value, an interpolation inside a list)."""
         if self.plain is _UNSET:
-            paths: List[str] = []
+            paths: List[Tuple[str, str]] = []
             raw = OmegaConf.to_container(self.task, resolve=False)
             plain = _try_resolve(self.task) if _interpolated(raw, "", paths) else None
             self.plain = (plain, paths) if plain is not None else None
         return self.plain
+
+
+@dataclass
+class _Working:
+    """The config shared by the points that set one set of keys, and what is in it now: per key, the
+    override line last applied and (once read) the value it left, so that a point applies and reads
+    only the values that differ from the previous point's (in a grid most stay the same)."""
+
+    cfg: DictConfig
+    lines: Dict[str, str] = field(default_factory=dict)
+    values: Dict[str, Any] = field(default_factory=dict)
 
 
 class OverrideCache:
@@ -192,10 +205,19 @@ def _point_config(base: _Base, values: List[Any]) -> DictConfig:
     keys = tuple(o.key_or_group for o in values)
     work = base.working.get(keys)
     if work is None:
-        work = copy.deepcopy(base.task)
-    apply_overrides(values, work)  # raises on a bad value: the point's error
+        work = _Working(copy.deepcopy(base.task))
+    changed = [o for o in values if work.lines.get(o.key_or_group) != o.input_line]
+    try:
+        apply_overrides(changed, work.cfg)  # raises on a bad value: the point's error
+    except Exception:
+        work.lines.clear()  # partly applied: the next point applies all of its values
+        work.values.clear()
+        raise
+    for o in changed:
+        work.lines[o.key_or_group] = o.input_line
+        work.values.pop(o.key_or_group, None)
     base.working[keys] = work  # only once a point applied cleanly
-    return work
+    return work.cfg
 
 
 def _point_plain(base: _Base, values: List[Any], cfg: DictConfig) -> Optional[Dict[str, Any]]:
@@ -207,12 +229,16 @@ def _point_plain(base: _Base, values: List[Any], cfg: DictConfig) -> Optional[Di
     if resolved is None or not values or not all(_plain(o) for o in values):
         return None
     base_plain, interpolated = resolved
-    keys = [o.key_or_group for o in values]
-    if any("[" in key for key in keys):
-        return None
+    keys = tuple(o.key_or_group for o in values)
+    if any("[" in key for key in keys) or any(isinstance(o.value(), str) and "${" in o.value() for o in values):
+        return None  # an indexed key, or a value that is an interpolation: resolved whole
+    readers = base.readers.get(keys)
+    if readers is None:
+        readers = base.readers[keys] = [path for path, text in interpolated if _may_read(text, keys)]
+    work = base.working[keys]
     plain = dict(base_plain)
     try:
-        for key in keys + interpolated:
+        for key in keys + tuple(readers):
             *parents, leaf = key.split(".")
             node = plain
             for name in parents:
@@ -220,22 +246,44 @@ def _point_plain(base: _Base, values: List[Any], cfg: DictConfig) -> Optional[Di
                 if not isinstance(child, dict):
                     return None
                 node[name] = node = dict(child)
-            value = OmegaConf.select(cfg, key, throw_on_missing=True)
-            node[leaf] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+            value = work.values.get(key, _UNSET) if key in work.lines else _UNSET  # this point's own keys
+            if value is _UNSET:
+                value = OmegaConf.select(cfg, key, throw_on_missing=True)
+                if OmegaConf.is_config(value):
+                    value = OmegaConf.to_container(value, resolve=True)
+                if key in work.lines:
+                    work.values[key] = value
+            node[leaf] = value
     except Exception:  # noqa: BLE001 - resolved whole by the caller, which reports it
         return None
     return plain
 
 
-def _interpolated(raw: Any, prefix: str, paths: List[str]) -> bool:
-    """Collect the dotted keys of interpolated values in ``raw`` (``to_container(resolve=False)``) into
-    ``paths``; False when one sits inside a list (not addressed by a dotted key here)."""
+def _may_read(text: str, keys: Sequence[str]) -> bool:
+    """Whether the interpolation ``text`` may read one of ``keys`` (or a node above one): True when any
+    of their dotted prefixes appears in it, and always for a resolver call (``${name:...}``, which may
+    read any node) or a relative reference (``${.x}``). Over-cautious is only slower."""
+    if ":" in text or "${." in text:
+        return True
+    parts = [part for key in keys for part in _prefixes(key.lstrip("+~"))]
+    return any(part in text for part in parts)
+
+
+def _prefixes(key: str) -> List[str]:
+    """``a.b.c`` -> ``a``, ``a.b``, ``a.b.c``."""
+    names = key.split(".")
+    return [".".join(names[:i]) for i in range(1, len(names) + 1)]
+
+
+def _interpolated(raw: Any, prefix: str, paths: List[Tuple[str, str]]) -> bool:
+    """Collect the dotted key and text of each interpolated value in ``raw`` (``to_container(resolve=False)``)
+    into ``paths``; False when one sits inside a list (not addressed by a dotted key here)."""
     if isinstance(raw, dict):
         return all(_interpolated(v, f"{prefix}{k}.", paths) for k, v in raw.items())
     if isinstance(raw, list):
         return not any(_interpolated_any(v) for v in raw)
     if isinstance(raw, str) and "${" in raw:
-        paths.append(prefix[:-1])
+        paths.append((prefix[:-1], raw))
     return True
 
 
