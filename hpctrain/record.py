@@ -38,7 +38,6 @@ A file that cannot be read (a name that does not parse, garbage inside) is skipp
 No torch here: the login node reads this.
 """
 
-import json
 import os
 import secrets
 import socket

@@ -5,7 +5,6 @@ affinity (``gpu:tesla:2(S:0)``), as GPU clusters do."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

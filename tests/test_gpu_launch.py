@@ -1,7 +1,6 @@
 """GPUs and CPUs as the launchers hand them out: physical GPU indices on the local launcher, one GPU per
 rank checked on the login node, --nv whenever the job gets GPUs, and each srun task its CPUs."""
 
-import os
 import shlex
 import subprocess
 import sys

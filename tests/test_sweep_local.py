@@ -1,8 +1,11 @@
 """The README's sweep, end to end, on the local executor."""
 
 import json
+import os
+import subprocess
+import sys
 
-from conftest import run_hpctrain, tb_scalars
+from conftest import hpctrain_env, run_hpctrain, tb_scalars
 
 
 def test_readme_sweep_on_local_executor(tmp_path):
@@ -102,3 +105,27 @@ def test_sweep_over_a_config_group(tmp_path):
     assert all("exp_avg" in s for s in states[0].values())  # Adam's moments ...
     assert not any("exp_avg" in s for s in states[1].values())  # ... which SGD does not keep
     assert [json.loads((d / "metrics.json").read_text())["status"] for d in (adamw, sgd)] == ["completed"] * 2
+
+
+def test_parallel_cpu_runs_share_the_cores(tmp_path):
+    """max_parallel=2 CPU runs on this machine: each gets half of its cores as torch threads (torch's default
+    is every core for each); an OMP_NUM_THREADS of the user's is left as it is."""
+    cores = len(os.sched_getaffinity(0))
+    for user_value, expected in ((None, max(1, cores // 2)), ("3", None)):
+        dump = tmp_path / f"dump-{user_value}"
+        dump.mkdir()
+        env = hpctrain_env()
+        env.pop("OMP_NUM_THREADS", None)
+        if user_value:
+            env["OMP_NUM_THREADS"] = user_value
+        proc = subprocess.run([sys.executable, "-m", "hpctrain", "-m", "lr=1e-2,1e-3", "max_steps=2", "eval_every=0",
+                               "model._target_=user_models.ThreadCount", f"+model.dump_dir={dump}",
+                               "hydra/launcher=local", "hydra.launcher.max_parallel=2",
+                               f"hydra.sweep.dir={tmp_path / str(user_value)}"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        seen = sorted(p.read_text().split() for p in dump.glob("threads-*.txt"))  # torch's count, the variable
+        if user_value is None:
+            assert seen == [[str(expected), str(expected)]] * 2, seen
+        else:  # the user's value reaches the runs (torch may use fewer threads than cores)
+            assert [s[1] for s in seen] == [user_value] * 2, seen

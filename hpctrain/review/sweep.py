@@ -48,17 +48,11 @@ class Sweep:
     def objective_metric(self) -> Optional[str]:
         """A search sweep's objective: its metric, or ``value`` (the task function's return value)."""
         return (self.search or {}).get("metric") or ("value" if self.search else None)
-    search: Optional[Dict[str, Any]] = None  # a search sweep's settings (sweep.json "search"); runs are trials
-
-    @property
-    def objective_metric(self) -> Optional[str]:
-        return (self.search or {}).get("metric") or ("value" if self.search else None)
 
     def values(self, run: RunSpec) -> Dict[str, str]:
         """The run's swept values, ``{"lr": "0.001"}``."""
         parsed = parse_overrides(run.overrides)
         return {k: parsed[k] for k in self.swept if k in parsed}
-
 
 
 def parse_overrides(overrides: List[str]) -> Dict[str, str]:

@@ -29,6 +29,15 @@ class RankDump(TinyNet):
         atexit.register(lambda: torch.save({k: v.detach().clone() for k, v in self.state_dict().items()}, path))
 
 
+class ThreadCount(TinyNet):
+    """Writes the number of threads torch uses in this process to ``<dump_dir>/threads-<pid>.txt``."""
+
+    def __init__(self, in_features: int, num_classes: int, dump_dir: str) -> None:
+        super().__init__(in_features, num_classes)
+        (Path(dump_dir) / f"threads-{os.getpid()}.txt").write_text(
+            f"{torch.get_num_threads()} {os.environ.get('OMP_NUM_THREADS')}")
+
+
 class Boom(TinyNet):
     """Fails on every attempt."""
 
@@ -210,13 +219,16 @@ class SlowDropout(TinyNet):
     """Dropout (so a resume must restore the RNG) and ``delay_s`` of sleep per training forward, so a test
     can kill the run between two checkpoints without thousands of steps."""
 
-    def __init__(self, in_features: int, num_classes: int, delay_s: float = 0.01) -> None:
+    def __init__(self, in_features: int, num_classes: int, delay_s: float = 0.01,
+                 first_attempt_only: bool = False) -> None:
         super().__init__(in_features, num_classes)
         self.drop = nn.Dropout(0.2)
-        self.delay_s = delay_s
+        # first_attempt_only: no sleep once Slurm has requeued the job (the rest of the run goes fast)
+        requeued = int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
+        self.delay_s = 0.0 if first_attempt_only and requeued else delay_s
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training:
+        if self.training and self.delay_s:
             import time
 
             time.sleep(self.delay_s)
