@@ -2,16 +2,13 @@
 rank's RNG state saved and restored, also when the number of ranks changes between save and resume."""
 
 import logging
-import os
 import random
-import socket
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 
-from trainer_helpers import compose
+from trainer_helpers import compose, gloo_ranks
 
 from hpctrain import checkpoint
 from hpctrain.distributed import DistInfo
@@ -69,35 +66,17 @@ def test_rng_state_round_trip_through_weights_only(tmp_path):
 
 
 # ----------------------------------------------------------------------- a different number of ranks
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank(rank: int, world: int, port: int, overrides: list, run_dir: str, out: dict) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
-    from hpctrain.distributed import init_distributed, teardown
-
-    info = init_distributed("cpu")
-    trainer = Trainer(compose(overrides), run_dir, info)
+def _steps(trainer: Trainer) -> tuple:
+    """Where the run started (0, or the step it resumed at) and where it ended."""
     start = trainer.step
     trainer.fit()
-    out[rank] = (start, trainer.step)
-    teardown()
+    return start, trainer.step
 
 
 def _run(world: int, overrides: list, run_dir) -> dict:
     if world == 1:
-        trainer = Trainer(compose(overrides), run_dir, DistInfo())
-        start = trainer.step
-        trainer.fit()
-        return {0: (start, trainer.step)}
-    with mp.Manager() as manager:
-        out = manager.dict()
-        mp.spawn(_rank, args=(world, _free_port(), overrides, str(run_dir), out), nprocs=world)
-        return dict(out)
+        return {0: _steps(Trainer(compose(overrides), run_dir, DistInfo()))}
+    return gloo_ranks(world, overrides, run_dir, _steps)
 
 
 @pytest.mark.parametrize("first,second", [(2, 1), (1, 2)])

@@ -1,8 +1,6 @@
 """DDP over gloo with several local processes: through the launcher, and the all-reduce count."""
 
 import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +11,7 @@ import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from conftest import hpctrain_env, run_hpctrain, tb_scalars
-from trainer_helpers import compose, state_close
+from trainer_helpers import compose, gloo_ranks, state_close
 
 
 def test_two_ranks_through_local_launcher_agree(tmp_path):
@@ -33,20 +31,8 @@ def test_two_ranks_through_local_launcher_agree(tmp_path):
     assert state_close(ckpt["model"], rank0, atol=0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _count_allreduces(rank: int, world: int, port: int, overrides: list, run_dir: str, out: dict) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
-    from hpctrain.distributed import init_distributed, teardown
-    from hpctrain.trainer import Trainer
-
-    info = init_distributed("cpu")
-    trainer = Trainer(compose(overrides), run_dir, info)
+def _count_allreduces(trainer) -> list:
+    """Fit, counting DDP's all-reduces: the step of each."""
     calls = []
 
     def counting_hook(state, bucket):
@@ -55,17 +41,13 @@ def _count_allreduces(rank: int, world: int, port: int, overrides: list, run_dir
 
     trainer.model.register_comm_hook(None, counting_hook)
     trainer.fit()
-    out[rank] = calls
-    teardown()
+    return calls
 
 
 def test_one_allreduce_per_optimizer_step_with_accumulation(tmp_path):
     steps, accum = 6, 4
     overrides = [f"max_steps={steps}", f"grad_accum={accum}", "batch_size=64", "log_every=3", "eval_every=0"]
-    with mp.Manager() as manager:
-        out = manager.dict()
-        mp.spawn(_count_allreduces, args=(2, _free_port(), overrides, str(tmp_path), out), nprocs=2)
-        calls = dict(out)
+    calls = gloo_ranks(2, overrides, tmp_path, _count_allreduces)
     for rank in (0, 1):
         # one bucket (small model): exactly one all-reduce per optimizer step, none on the 3 other micro-steps
         assert calls[rank] == list(range(steps)), calls[rank]
@@ -83,16 +65,6 @@ def test_torchrun_two_processes(tmp_path):
     assert record["status"] == "completed" and record["world_size"] == 2
 
 
-def _train_rank(rank: int, world: int, port: int, overrides: list, run_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
-    from hpctrain.distributed import init_distributed, teardown
-    from hpctrain.trainer import Trainer
-
-    Trainer(compose(overrides), run_dir, init_distributed("cpu")).fit()
-    teardown()
-
-
 def _train_alone(index: int, overrides: list, run_dir: str) -> None:
     """One plain process, no process group (a child: the Trainer's logging stays out of pytest's process)."""
     from hpctrain.distributed import DistInfo
@@ -105,7 +77,7 @@ def _train_alone(index: int, overrides: list, run_dir: str) -> None:
 def test_two_ranks_match_one_process_on_the_same_global_batch(tmp_path, grad_accum):
     """2 gloo ranks (micro-batch 64 / (2 x accum)) against ONE process (micro-batch 64 / accum)."""
     overrides = ["max_steps=20", "batch_size=64", f"grad_accum={grad_accum}", "log_every=10", "eval_every=0"]
-    mp.spawn(_train_rank, args=(2, _free_port(), overrides, str(tmp_path / "ddp")), nprocs=2)
+    gloo_ranks(2, overrides, tmp_path / "ddp")
     mp.spawn(_train_alone, args=(overrides, str(tmp_path / "one")), nprocs=1)
     ddp = torch.load(tmp_path / "ddp" / "checkpoints" / "last.pt", weights_only=True)
     one = torch.load(tmp_path / "one" / "checkpoints" / "last.pt", weights_only=True)

@@ -251,13 +251,18 @@ def _processes_mentioning(text: str) -> list:
     return found
 
 
-def test_local_sweep_in_flight_status_and_cancel(tmp_path):
-    sweep_dir = tmp_path / "inflight"
-    launcher = subprocess.Popen(
+def endless_local_sweep(sweep_dir: Path, cwd: Path) -> subprocess.Popen:
+    """Three runs that never end on their own, one at a time, on the local launcher (in its own session)."""
+    return subprocess.Popen(
         [sys.executable, "-m", "hpctrain", "-m", "lr=0.01,0.001,0.0001", "max_steps=1000000", "hydra/launcher=local",
          "hydra.launcher.max_parallel=1", f"hydra.sweep.dir={sweep_dir}"],
-        cwd=tmp_path, env=hpctrain_env(env()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=cwd, env=hpctrain_env(env()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
+
+
+def test_local_sweep_in_flight_status_and_cancel(tmp_path):
+    sweep_dir = tmp_path / "inflight"
+    launcher = endless_local_sweep(sweep_dir, tmp_path)
     try:
         deadline, states = time.time() + 180, []
         while time.time() < deadline:
@@ -324,11 +329,7 @@ def _status(sweep_dir: Path, cwd: Path) -> list:
 def test_cancel_one_run_of_a_local_sweep(tmp_path):
     """`cancel --run N`: the running run stops and the next pending one starts; a pending run is refused."""
     sweep_dir = tmp_path / "one"
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "hpctrain", "-m", "lr=0.01,0.001,0.0001", "max_steps=1000000", "hydra/launcher=local",
-         "hydra.launcher.max_parallel=1", f"hydra.sweep.dir={sweep_dir}"],
-        cwd=tmp_path, env=hpctrain_env(env()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
+    launcher = endless_local_sweep(sweep_dir, tmp_path)
     try:
         deadline, runs = time.time() + 180, []
         while time.time() < deadline and not ([r["state"] for r in runs] == ["running", "queued", "queued"]

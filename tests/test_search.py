@@ -72,6 +72,23 @@ def search(sweep: Path, *extra: str, launcher: str = "slurm") -> List[str]:
     return ["-m", "hydra/sweeper=search", f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}", *extra]
 
 
+def long_search_with_a_worker_under_way(tmp_path: Path, sweep: Path, n_trials: int, worker: int,
+                                        *extra: str) -> "tuple[List[str], str, str]":
+    """Submit a search of LONG trials on 4 Slurm workers; once ``worker`` is 60 steps into a trial, its
+    arguments, the job id and that worker's task id. The job is cancelled if the worker never gets there."""
+    args = search(sweep, "lr=tag(log,interval(1e-4,1e-2))", f"hydra.sweeper.n_trials={n_trials}",
+                  "hydra.sweeper.n_workers=4", "hydra.sweeper.pruner=none", *extra, *LONG)
+    run_hpctrain(args, cwd=tmp_path, timeout=60)
+    job = job_id(sweep)
+    owner = f"{job}_{worker}"
+    try:
+        wait_for(lambda: owner_step(sweep, owner) >= 60, 900, f"worker {worker} to be under way with a trial")
+    except BaseException:
+        cancel(job)
+        raise
+    return args, job, owner
+
+
 # ---------------------------------------------------------------- login node only
 def test_space_syntax_of_hydras_optuna_sweeper():
     from hpctrain.search.space import CATEGORICAL, FLOAT, INT, parse, trial_dirname
@@ -201,13 +218,8 @@ def test_twelve_trials_four_workers_returns_at_once_and_records_each_trial_once(
 @pytest.mark.slurm
 def test_preempted_worker_resumes_its_own_trial_and_the_study_ends_at_twelve(tmp_path, slurm_cluster):
     sweep = tmp_path / "sweep"
-    args = search(sweep, "lr=tag(log,interval(1e-4,1e-2))", "hydra.sweeper.n_trials=12", "hydra.sweeper.n_workers=4",
-                  "hydra.sweeper.pruner=none", *LONG)
-    run_hpctrain(args, cwd=tmp_path, timeout=60)
-    job = job_id(sweep)
+    _, job, owner = long_search_with_a_worker_under_way(tmp_path, sweep, 12, 1)
     try:
-        owner = f"{job}_1"
-        wait_for(lambda: owner_step(sweep, owner) >= 60, 900, "worker 1 to be under way with a trial")
         subprocess.run(["scancel", "--signal=USR2", owner], check=True)
         wait_for(lambda: any("requeued" in record_kinds(d) for d in trial_dirs(sweep)), 120, "the checkpoint on USR2")
         wait_for(lambda: not queued(job), 900, "the workers to finish the study")
@@ -229,13 +241,9 @@ def test_preempted_worker_resumes_its_own_trial_and_the_study_ends_at_twelve(tmp
 @pytest.mark.slurm
 def test_sigkilled_worker_then_the_same_command_again_ends_at_exactly_n_trials(tmp_path, slurm_cluster):
     sweep = tmp_path / "sweep"
-    args = search(sweep, "lr=tag(log,interval(1e-4,1e-2))", "hydra.sweeper.n_trials=8", "hydra.sweeper.n_workers=4",
-                  "hydra.sweeper.pruner=none", "hydra.sweeper.heartbeat_s=2", "hydra.sweeper.grace_s=20", *LONG)
-    run_hpctrain(args, cwd=tmp_path, timeout=60)
-    job = job_id(sweep)
+    args, job, owner = long_search_with_a_worker_under_way(tmp_path, sweep, 8, 2, "hydra.sweeper.heartbeat_s=2",
+                                                           "hydra.sweeper.grace_s=20")
     try:
-        owner = f"{job}_2"
-        wait_for(lambda: owner_step(sweep, owner) >= 60, 900, "worker 2 to be under way with a trial")
         subprocess.run(["scancel", "--signal=KILL", owner], check=True)  # no warning, no checkpoint call
         wait_for(lambda: owner not in [line.split()[0] for line in queued(job)], 60, "the killed worker to end")
         # the trial the worker held when it died (its next one, if it had just finished one)

@@ -107,31 +107,6 @@ def test_crash_is_retried_and_always_failing_run_ends_failed(tmp_path):
     assert record_kinds(boom) == ["submitted", "started", "failed", "retrying", "started", "failed"]
 
 
-def test_time_limit_checkpoints_requeues_and_resumes(tmp_path):
-    """USR2 `signal_delay_s` before the time limit: checkpoint, requeue, resume at the same step.
-
-    slurmctld checks time limits every 30 s and signals early enough for that: with a 60 s limit and a
-    15 s delay, USR2 comes 15 to 45 s after the start (a 45 s delay would signal at once).
-    """
-    sweep = tmp_path / "sweep"
-    run_hpctrain(["-m", "max_steps=1000000", "log_every=20", "eval_every=0", "ckpt_every=0", "hydra/launcher=slurm",
-                  "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=15",
-                  "hydra.launcher.max_num_timeout=2", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=60)
-    job = job_id(sweep)
-    try:
-        wait_for(lambda: len(run_dirs(sweep)) == 1, 60, "the run to start")
-        (run_dir,) = run_dirs(sweep)
-        wait_for(lambda: record_kinds(run_dir).count("started") >= 2, 120, "the requeued attempt")
-        stopped_at = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["step"]
-        assert stopped_at > 0
-        wait_for(lambda: "resumed from" in (run_dir / "hpctrain.log").read_text(), 60, "the resume")
-        assert f"at step {stopped_at}" in (run_dir / "hpctrain.log").read_text()
-        logs = "".join(p.read_text() for p in (sweep / ".submitit").glob("*_log.*"))
-        assert "this job is timed-out" in logs and "remaining timeouts" in logs
-    finally:
-        cancel(job)
-
-
 def test_preempted_two_rank_run_agrees_on_the_step_and_resumes(tmp_path):
     """Both ranks get USR2; they agree at a log step, rank 0 checkpoints, the job requeues and resumes, and
     ends with the weights of the same two-rank run never interrupted."""

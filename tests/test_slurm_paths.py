@@ -2,6 +2,7 @@
 a time-limit requeue that completes, and report on a Slurm sweep. Real jobs on the test cluster."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -51,8 +52,9 @@ def test_rerun_submits_only_the_unfinished_runs_and_report_reads_the_sweep(tmp_p
     assert results["best"]["value"] == truth[results["best"]["idx"]]
 
 
-def test_time_limit_is_not_retried_as_a_crash(tmp_path):
-    """max_retries=2 but max_num_timeout=0: the time limit ends the run as timeout, with no retry."""
+def test_time_limit_is_not_retried_as_a_crash_and_status_says_timeout(tmp_path):
+    """max_retries=2 but max_num_timeout=0: the time limit ends the run as timeout, with no retry. status says
+    timeout from accounting (sacct), and from the task's log alone when sacct fails."""
     sweep = tmp_path / "sweep"
     run_hpctrain(["-m", "max_steps=1000000", "hydra/launcher=slurm", "hydra.launcher.timeout_min=1",
                   "hydra.launcher.signal_delay_s=5", "hydra.launcher.max_num_timeout=0",
@@ -63,20 +65,30 @@ def test_time_limit_is_not_retried_as_a_crash(tmp_path):
         (run_dir,) = run_dirs(sweep)
         kinds = record_kinds(run_dir)
         assert kinds.count("started") == 1 and "retrying" not in kinds, kinds
-        proc = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep), "--json"], cwd=tmp_path,
-                              env=hpctrain_env(), capture_output=True, text=True, timeout=120)
-        (row,) = json.loads(proc.stdout)["runs"]
-        assert row["state"] == "timeout" and row["restarts"] == 0, row
+        for sacct in ("real", "failing"):
+            env = hpctrain_env()
+            if sacct == "failing":  # as on a cluster whose accounting does not answer
+                bin_dir = tmp_path / "no-sacct"
+                bin_dir.mkdir()
+                (bin_dir / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Problem talking to the database' >&2\n"
+                                               "exit 1\n")
+                (bin_dir / "sacct").chmod(0o755)
+                env["PATH"] = f"{bin_dir}:{env['PATH']}"
+            proc = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep), "--json"], cwd=tmp_path,
+                                  env=env, capture_output=True, text=True, timeout=120)
+            (row,) = json.loads(proc.stdout)["runs"]
+            assert row["state"] == "timeout" and row["restarts"] == 0, (sacct, row)
     finally:
         cancel(job)
 
 
 def test_time_limit_requeue_then_completes_with_the_weights_of_an_uninterrupted_run(tmp_path):
-    """A 1-minute limit and over 50 s of training (USR2 comes 15 to 45 s in): checkpoint, requeue, resume,
-    completion."""
+    """A 1-minute limit and over 50 s of training (USR2 comes 15 to 45 s in): checkpoint, requeue, resume at
+    the checkpoint's step, completion. The model sleeps in its first attempt only (slurmctld checks time
+    limits every 30 s and signals early enough for that: USR2 comes 15 to 45 s after the start)."""
     sweep = tmp_path / "sweep"
     train = ["max_steps=2500", "log_every=50", "eval_every=0", "ckpt_every=0", "model._target_=user_models.SlowDropout"]
-    run_hpctrain(["-m", *train, "+model.delay_s=0.02", "hydra/launcher=slurm", "hydra.launcher.timeout_min=1",
+    run_hpctrain(["-m", *train, "+model.delay_s=0.02", "+model.first_attempt_only=true", "hydra/launcher=slurm", "hydra.launcher.timeout_min=1",
                   "hydra.launcher.signal_delay_s=15", "hydra.launcher.max_num_timeout=8",
                   f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=60)
     job = job_id(sweep)
@@ -88,7 +100,10 @@ def test_time_limit_requeue_then_completes_with_the_weights_of_an_uninterrupted_
         assert metrics(run_dir)["status"] == "completed", metrics(run_dir)
         kinds = record_kinds(run_dir)
         assert kinds.count("requeued") >= 1 and kinds[-1] == "completed", kinds
-        assert "resumed from" in (run_dir / "hpctrain.log").read_text()
+        resumed = [int(n) for n in re.findall(r"resumed from \S+ at step (\d+)", (run_dir / "hpctrain.log").read_text())]
+        assert resumed and 0 < resumed[0] < 2500, resumed  # the step it checkpointed at on USR2
+        logs = "".join(p.read_text() for p in (sweep / ".submitit").glob("*_log.*"))
+        assert "this job is timed-out" in logs and "remaining timeouts" in logs  # submitit's requeue
     finally:
         cancel(job)
     # the same run without interruption (no sleep: the delay changes no number), in this process
