@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 METRICS = "metrics.json"
+PACKED_LOG = os.path.join(".hpctrain", "task.log")  # a packed run's own output, under its run dir
 TB_DIR = "tb"
 CKPT = Path("checkpoints") / "last.pt"
 HYDRA_DIR = ".hydra"

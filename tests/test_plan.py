@@ -5,41 +5,58 @@ resolver; each point's shortcut result is compared here with a full resolve of t
 each run dir (the dry run lists them) with OmegaConf's resolve of the config's ``hydra.sweep.subdir``.
 """
 
-from typing import Any, Dict, List, Optional
+import json
+import subprocess
+import sys
+from typing import List, Tuple
 
 import pytest
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from hpctrain.config import DIRNAME_TEMPLATE
+from conftest import hpctrain_env
+from hpctrain.config import DIRNAME_TEMPLATE, register_configs
 
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 
+# `python -m hpctrain ARGS` in a fresh interpreter (Hydra's plugin scan re-executes the launcher's modules,
+# which an in-process run after other tests would trip over), with hpctrain's validate_job spied on: every
+# point's full resolve and the plan's plain copy go to the file named by argv[1], as JSON.
+DRIVER = """
+import json, sys
+from omegaconf import OmegaConf
+from hpctrain.__main__ import main
+from hpctrain.app import train
 
-def _dry_run(monkeypatch, tmp_path, *args: str, seen: Optional[List[tuple]] = None) -> List[tuple]:
-    """Run ``python -m hpctrain -m ARGS`` dry, in this process; every point's (config, plain copy) seen."""
-    from hpctrain.__main__ import main
-    from hpctrain.app import train
+seen, real, out = [], train.validate_job, sys.argv[1]  # main() rewrites sys.argv
 
-    seen = [] if seen is None else seen
-    real = getattr(train.validate_job, "real", train.validate_job)  # not a spy of an earlier call
+def spy(cfg, world_size=1, plain=None):
+    seen.append([OmegaConf.to_container(cfg, resolve=True), plain])
+    return real(cfg, world_size=world_size, plain=plain)
 
-    def spy(cfg: DictConfig, world_size: int = 1, plain: Optional[Dict[str, Any]] = None) -> List[str]:
-        seen.append((OmegaConf.to_container(cfg, resolve=True), plain))
-        return real(cfg, world_size=world_size, plain=plain)
-
-    spy.real = real  # type: ignore[attr-defined]
-    monkeypatch.setattr(train, "validate_job", spy)
-    monkeypatch.chdir(tmp_path)
-    GlobalHydra.instance().clear()
-    main(["-m", *args, "hydra/launcher=local", "hydra.launcher.dry_run=true", f"hydra.sweep.dir={tmp_path / 's'}"])
-    return seen
+train.validate_job = spy
+try:
+    main(sys.argv[2:])
+finally:
+    with open(out, "w") as f:
+        json.dump(seen, f, default=str)
+"""
 
 
-def test_shared_plain_copy_equals_a_full_resolve_of_each_point(monkeypatch, tmp_path, capsys):
+def _dry_run(tmp_path, *args: str) -> Tuple[List[tuple], subprocess.CompletedProcess]:
+    """A dry run of ``-m ARGS`` on the local launcher: every point's (full resolve, plain copy), and the process."""
+    out = tmp_path / f"seen-{len(list(tmp_path.glob('seen-*')))}.json"
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(out), "-m", *args, "hydra/launcher=local",
+                           "hydra.launcher.dry_run=true", f"hydra.sweep.dir={tmp_path / 's'}"],
+                          cwd=tmp_path, env=hpctrain_env(), capture_output=True, text=True, timeout=120)
+    assert out.exists(), proc.stderr[-3000:]
+    seen = [tuple(pair) for pair in json.loads(out.read_text())]
+    return seen, proc
+
+
+def test_shared_plain_copy_equals_a_full_resolve_of_each_point(tmp_path):
     # data.num_features feeds model.in_features by interpolation; model=cnn is a second composed base
-    seen = _dry_run(monkeypatch, tmp_path, "lr=1e-3,2e-2", "data.num_features=8,12", "max_steps=7")
-    seen += _dry_run(monkeypatch, tmp_path, "model=cnn", "data=images", "lr=1e-3,3e-3", "+model.dropout=0.1,0.2")
+    seen, _ = _dry_run(tmp_path, "lr=1e-3,2e-2", "data.num_features=8,12", "max_steps=7")
+    seen += _dry_run(tmp_path, "model=cnn", "data=images", "lr=1e-3,3e-3", "+model.dropout=0.1,0.2")[0]
     assert len(seen) == 8
     shared = [plain for _, plain in seen if plain is not None]
     assert len(shared) == 4  # the first sweep's points; `+key=` points are resolved whole
@@ -51,12 +68,12 @@ def test_shared_plain_copy_equals_a_full_resolve_of_each_point(monkeypatch, tmp_
     assert [full["lr"] for full, _ in seen[:4]] == [1e-3, 1e-3, 2e-2, 2e-2]
 
 
-def test_run_dir_names_are_hydras(monkeypatch, tmp_path, capsys):
+def test_run_dir_names_are_hydras(tmp_path):
     long = "x" * 150
-    _dry_run(monkeypatch, tmp_path, "lr=1e-3,2e-3", f"+tag={long},a/b")
-    out = capsys.readouterr().out
+    out = _dry_run(tmp_path, "lr=1e-3,2e-3", f"+tag={long},a/b")[1].stdout
     listed = [line.split()[-1].rsplit("/", 1)[-1] for line in out.splitlines() if line.startswith("  ") and "/s/" in line]
     # what OmegaConf makes of conf/config.yaml's hydra.sweep.subdir in the job, for each point
+    register_configs()  # its resolver, as the job registers it
     expected = [str(OmegaConf.create({"hydra": {"job": {"num": i, "override_dirname": d}}, "name": DIRNAME_TEMPLATE}).name)
                 for i, d in enumerate([f"+tag={long},lr=0.001", "+tag=a/b,lr=0.001",
                                        f"+tag={long},lr=0.002", "+tag=a/b,lr=0.002"])]
@@ -64,20 +81,19 @@ def test_run_dir_names_are_hydras(monkeypatch, tmp_path, capsys):
     assert len(listed[0]) == 120 and listed[1] == "1_+tag=a%2Fb,lr=0.001"
 
 
-def test_a_bad_point_between_good_ones_leaves_them_exact(monkeypatch, tmp_path, capsys):
+def test_a_bad_point_between_good_ones_leaves_them_exact(tmp_path):
     # the shared working config is partly updated by the bad point: the next point must not inherit that
-    seen: List[tuple] = []
-    with pytest.raises(SystemExit):
-        _dry_run(monkeypatch, tmp_path, "seed=1,2", "lr=1e-3,abc,2e-3", "max_steps=5,x", seen=seen)
-    err = capsys.readouterr().err
+    seen, proc = _dry_run(tmp_path, "seed=1,2", "lr=1e-3,abc,2e-3", "max_steps=5,x")
+    assert proc.returncode != 0
+    err = proc.stderr
     bad = [line for line in err.splitlines() if line.startswith("  run ")]
     assert len(bad) == 8 and all("abc" in line or "max_steps=x" in line for line in bad), err
     good = [(full["seed"], full["lr"], full["max_steps"]) for full, plain in seen if plain == full]
     assert good == [(1, 1e-3, 5), (1, 2e-3, 5), (2, 1e-3, 5), (2, 2e-3, 5)]
 
 
-def test_grid_points_each_get_their_own_values(monkeypatch, tmp_path):
-    seen = _dry_run(monkeypatch, tmp_path, "seed=1,2,3", "lr=1e-3,2e-3", "data.num_features=4,6", "max_steps=9")
+def test_grid_points_each_get_their_own_values(tmp_path):
+    seen, _ = _dry_run(tmp_path, "seed=1,2,3", "lr=1e-3,2e-3", "data.num_features=4,6", "max_steps=9")
     assert len(seen) == 12 and all(plain == full for full, plain in seen)
     got = [(full["seed"], full["lr"], full["data"]["num_features"], full["model"]["in_features"]) for full, _ in seen]
     assert got == [(s, lr, f, f) for s in (1, 2, 3) for lr in (1e-3, 2e-3) for f in (4, 6)]

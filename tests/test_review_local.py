@@ -40,7 +40,7 @@ def sweep(tmp_path_factory) -> Path:
     sweep_dir = work / "sweep"
     proc = run_hpctrain(["-m", f"lr={','.join(LRS)}", "max_steps=30", "model._target_=test_review_helpers.LrBoom",
                          "+model.boom_lr=0.3", "hydra/launcher=local", "hydra.launcher.max_retries=1",
-                         f"hydra.sweep.dir={sweep_dir}"], cwd=work, env=env(), check=False)
+                         "hydra.launcher.max_parallel=2", f"hydra.sweep.dir={sweep_dir}"], cwd=work, env=env(), check=False)
     assert proc.returncode != 0, "one run fails on purpose: the local launcher exits non-zero"
     return sweep_dir
 

@@ -6,14 +6,15 @@ real association limit with sacctmgr on an account of its own, and removes it af
 
 import json
 import subprocess
+import sys
 import uuid
 
 import pytest
 
-from conftest import run_hpctrain
+from conftest import hpctrain_env, run_hpctrain
 from hpctrain import cluster
 from hydra_plugins.hpctrain_launcher import arrays, pack
-from slurm_helpers import metrics, record_kinds, run_dirs, wait_for
+from slurm_helpers import metrics, queued, record_kinds, run_dirs, wait_for
 
 
 # ---------------------------------------------------------------- pure parts
@@ -112,10 +113,15 @@ def test_packed_sweep_runs_as_two_tasks_and_all_complete(tmp_path):
 
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
-def test_packed_task_preempted_with_usr2_resumes_all_its_runs(tmp_path):
+def test_packed_run_cancelled_alone_then_task_preempted_with_usr2_resumes_the_others(tmp_path):
+    """Three runs in one task. `cancel --run 2` stops run 2 only (the task reads its record) and `status`
+    points at run 2's own log; then USR2: runs 0 and 1 checkpoint, the task requeues, they resume and
+    complete; run 2 is not run again."""
     sweep = tmp_path / "sweep"
+    # at least 15 s of training per run before the requeue (a sleep per step), none after it
     run_hpctrain(["-m", "seed=range(3)", "max_steps=3000", "log_every=20", "eval_every=0", "ckpt_every=0",
-                  "model.hidden=64", "hydra/launcher=slurm", "hydra.launcher.runs_per_task=3",
+                  "model._target_=user_models.SlowDropout", "+model.delay_s=0.005", "+model.first_attempt_only=true",
+                  "hydra/launcher=slurm", "hydra.launcher.runs_per_task=3",
                   "hydra.launcher.cpus_per_task=2", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=120)
     manifest = json.loads((sweep / "sweep.json").read_text())
     job = manifest["runs"]["0"]["job_id"]
@@ -123,13 +129,26 @@ def test_packed_task_preempted_with_usr2_resumes_all_its_runs(tmp_path):
         wait_for(lambda: len(run_dirs(sweep)) == 3 and all(metrics(d).get("step", 0) >= 100 for d in run_dirs(sweep)),
                  240, "all three packed runs to be under way")
         dirs = run_dirs(sweep)
+        cancel = subprocess.run([sys.executable, "-m", "hpctrain", "cancel", str(sweep), "--run", "2"], cwd=tmp_path,
+                                env=hpctrain_env(), capture_output=True, text=True, timeout=120)
+        assert cancel.returncode == 0 and "#2" in cancel.stdout and "NOT" not in cancel.stdout, cancel.stdout + cancel.stderr
+        assert any(line.split()[0] == job for line in queued(job)), "the task was cancelled with its run"
+        step = metrics(dirs[2]).get("step")
+        status = json.loads(subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep), "--json"],
+                                           cwd=tmp_path, env=hpctrain_env(), capture_output=True, text=True,
+                                           timeout=120).stdout)["runs"]
+        assert [r["state"] for r in status] == ["running", "running", "cancelled"], status
+        assert status[2]["log"] == str(dirs[2] / ".hpctrain" / "task.log")  # its own output, not the task's
         subprocess.run(["scancel", "--signal=USR2", job], check=True)  # the job steps, as Slurm's --signal does
-        wait_for(lambda: all("requeued" in record_kinds(d) for d in dirs), 120, "every packed run to checkpoint")
-        wait_for(lambda: all(metrics(d).get("status") == "completed" for d in dirs), 420, "all three to complete")
-        for d in dirs:
+        wait_for(lambda: all("requeued" in record_kinds(d) for d in dirs[:2]), 120, "runs 0 and 1 to checkpoint")
+        wait_for(lambda: all(metrics(d).get("status") == "completed" for d in dirs[:2]), 420, "runs 0 and 1 to complete")
+        for d in dirs[:2]:
             assert record_kinds(d).count("started") == 2
             assert "resumed from" in (d / "hpctrain.log").read_text()
             assert metrics(d)["step"] == 3000
+        kinds = record_kinds(dirs[2])
+        assert kinds.count("started") == 1 and kinds[-1] == "cancelled", kinds
+        assert metrics(dirs[2])["status"] == "cancelled" and metrics(dirs[2]).get("step") == step
     finally:
         subprocess.run(["scancel", job.split("_")[0]], capture_output=True)
 

@@ -4,7 +4,9 @@ Slurm: ``scancel`` (the array id when the whole sweep is cancelled, ``<array>_<t
 runs), then the queue is asked until the jobs have left it. Local: the sweep's launcher is stopped
 first (so it starts nothing new), then each run's submitit controller (SIGINT, as submitit's own
 ``cancel``). Each cancelled run gets ``cancelled`` in its run record: without accounting, nothing else
-would tell ``status`` that a job that left the queue was cancelled.
+would tell ``status`` that a job that left the queue was cancelled. A packed run (``runs_per_task``) chosen
+with ``--run`` is stopped by its own task, which sees ``cancelled`` in its record; the task and its other
+runs go on.
 """
 
 import os
@@ -15,9 +17,9 @@ from typing import Dict, List, Optional
 
 from rich.markup import escape
 
-from hpctrain import cluster, record
+from hpctrain import cluster, record, runfiles
 from hpctrain.review import fmt, jobs
-from hpctrain.review.runs import ACTIVE, RunRecord, Snapshot, collect
+from hpctrain.review.runs import ACTIVE, RunRecord, Snapshot, collect, packed_job_ids
 from hpctrain.review.status import counts_line
 from hpctrain.review.sweep import load_sweep
 
@@ -81,6 +83,39 @@ def _local(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, i
     return done
 
 
+def _left_to_their_pack(snap: Snapshot, targets: List[RunRecord]) -> List[RunRecord]:
+    """Chosen runs whose task runs other active runs too (``runs_per_task``): cancelling the task would end
+    those as well, so the task itself stops these (it reads each running run's record, see pack.py)."""
+    packed = packed_job_ids(snap.runs)
+    active: Dict[str, set] = {}
+    for r in snap.runs:
+        if r.job_id in packed and r.state in ACTIVE:
+            active.setdefault(r.job_id, set()).add(r.idx)
+    chosen = {r.idx for r in targets}
+    return [r for r in targets if r.job_id in packed and not active.get(r.job_id, set()) <= chosen]
+
+
+def _stopped_by_their_pack(runs: List[RunRecord]) -> set:
+    """Indices of the packed runs whose task has stopped them (a line in their own log), or that are not
+    running now (queued, requeued, retrying: their task skips a cancelled run when it starts again); waits
+    up to WAIT_S for the running ones."""
+    waiting = {r.idx: r for r in runs}
+    stopped = {i for i, r in waiting.items() if r.state != "running"}
+    deadline = time.time() + WAIT_S
+    while True:
+        for i, r in waiting.items():
+            if i not in stopped and r.run_dir and "cancelled (its record says so)" in jobs.tail(
+                    os.path.join(r.run_dir, runfiles.PACKED_LOG), 4096):
+                stopped.add(i)
+        if len(stopped) == len(waiting) or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    for i in sorted(set(waiting) - stopped):
+        print(f"hpctrain cancel: run #{i}: its task has not stopped it yet (packed runs are stopped by their task, "
+              f"which reads their record every second)", file=sys.stderr)
+    return stopped
+
+
 def run(sweep_dir: Path, runs: Optional[List[int]] = None) -> int:
     snap = collect(load_sweep(sweep_dir))
     known = {r.idx: r for r in snap.runs}
@@ -103,21 +138,25 @@ def run(sweep_dir: Path, runs: Optional[List[int]] = None) -> int:
               "sweep (without --run) or the running runs only", file=sys.stderr)
         return 2
     whole = not runs
+    by_pack = [] if whole else _left_to_their_pack(snap, targets)
     for r in targets:  # first: what ends now must not be retried (the retry decider reads the record)
         if r.run_dir:
             record.cancelled(r.run_dir, job_id=r.job_id)
-    if snap.sweep.launcher == "slurm":
-        done = _slurm(snap, targets, whole)
-    else:
-        done = _local(snap, targets, whole)
+    rest = [r for r in targets if r not in by_pack]
+    done: Dict[str, int] = {}
+    if rest and snap.sweep.launcher == "slurm":
+        done = _slurm(snap, rest, whole)
+    elif rest:
+        done = _local(snap, rest, whole)
+    stopped = _stopped_by_their_pack(by_pack)
     for r in targets:
         if r.run_dir and os.path.isdir(r.run_dir):
             record.write_summary(r.run_dir)
     con = fmt.console()
     for r in targets:
-        ok = r.job_id in done or not r.job_id  # no job id: a local run that never started
+        ok = r.job_id in done or not r.job_id or r.idx in stopped  # no job id: a local run that never started
         con.print(f"  #{r.idx} {escape(fmt.label(r.values, r.overrides))}: was {r.state}, "
                   f"{'cancelled' if ok else '[red]NOT cancelled[/]'}", soft_wrap=True)
     con.print(counts_line(collect(load_sweep(sweep_dir))), soft_wrap=True)
-    failed = [r for r in targets if r.job_id and r.job_id not in done]
+    failed = [r for r in targets if r.job_id and r.job_id not in done and r.idx not in stopped]
     return 1 if failed else 0

@@ -11,7 +11,7 @@ A queue that cannot be asked is unknown: the record's word stands, with a warnin
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from hpctrain import cluster, record, runfiles
 from hpctrain.record import State
@@ -170,16 +170,27 @@ def collect(sweep: Sweep, poller: "Optional[cluster.Poller[cluster.QueueState]]"
         judge.warnings.append(f"squeue failed {poller.failures} time(s) in a row: its last answer is shown")
     now = time.time()
     rows = []
+    packed = packed_job_ids(sweep.runs)
     for spec in sweep.runs:
         summary = (runfiles.read_json(os.path.join(spec.run_dir, runfiles.METRICS)) if spec.run_dir else None) or {}
         rs = record.read(spec.run_dir)
         state, note = judge.state(spec, rs, summary)
-        rows.append(_row(sweep, spec, summary, rs, state, note, now))
+        rows.append(_row(sweep, spec, summary, rs, state, note, now, spec.job_id in packed))
     return Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings, taken=now)
 
 
+def packed_job_ids(specs: Iterable[Any]) -> Set[str]:
+    """Job ids that several runs share: their task runs them side by side (``runs_per_task``)."""
+    seen: Set[str] = set()
+    shared: Set[str] = set()
+    for spec in specs:
+        if spec.job_id:
+            (shared if spec.job_id in seen else seen).add(spec.job_id)
+    return shared
+
+
 def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: record.RunState, state: str, note: str,
-         now: float) -> RunRecord:
+         now: float, packed: bool = False) -> RunRecord:
     values = summary.get("metrics") or {}
     loss = values.get("train/loss")
     objective = summary.get("objective")
@@ -199,7 +210,10 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: record.RunSta
         metrics=dict(values),
         objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
     )
-    if row.job_id:
+    own_log = os.path.join(spec.run_dir, runfiles.PACKED_LOG) if packed and spec.run_dir else None
+    if own_log and _size(own_log) >= 0:  # a packed run's own output; the task's log holds all of its runs
+        row.log = own_log
+    elif row.job_id:
         err = jobs.log_path(sweep.submitit_folder, row.job_id, "err")
         out = jobs.log_path(sweep.submitit_folder, row.job_id, "out")
         err_size = _size(err)
@@ -211,7 +225,7 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: record.RunSta
             row.log = err
     if state in FAILURES:
         row.error = rs.error or summary.get("error") or (
-            "\n".join(jobs.tail_lines(jobs.log_path(sweep.submitit_folder, row.job_id, "err"), 10)) or None
+            "\n".join(jobs.tail_lines(own_log or jobs.log_path(sweep.submitit_folder, row.job_id, "err"), 10)) or None
             if row.job_id else None)
     return row
 

@@ -20,6 +20,10 @@ with :data:`REQUEUE_EXIT`. Only once every child has ended does the parent hand 
 submitit, which requeues the task. A requeued or retried task runs again only the runs of its pack
 that have not ended (completed runs, and runs whose retries are used up, are left alone).
 
+Cancel: ``hpctrain cancel --run N`` of a packed run writes ``cancelled`` into that run's record and leaves
+the task alone; the task reads its running runs' records every :data:`CANCEL_LOOK_S`, stops a cancelled
+run's process and goes on with the others.
+
 Runs of several ranks cannot be packed: the launcher refuses them before anything is submitted.
 """
 
@@ -31,8 +35,11 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from hpctrain import runfiles
+
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
 MEMORY_FRACTION_ENV = "HPCTRAIN_GPU_MEMORY_FRACTION"
+CANCEL_LOOK_S = 1.0  # how often the task reads its running runs' records for a cancel
 Point = Tuple[int, List[str], str]  # (sweep index, overrides, run dir)
 
 
@@ -108,7 +115,12 @@ class PackJob:
             children.append((point, self._fork(point, gpu, cpus)))
             print(f"hpctrain pack: started #{point[0]} {Path(point[2]).name} (pid {children[-1][1]}, "
                   f"GPU {gpu if gpu is not None else '-'}, CPUs {_ranges(cpus)})", flush=True)
+        cancelled: set = set()
+        next_look = time.time() + CANCEL_LOOK_S
         while len(codes) < len(children):
+            look = time.time() >= next_look  # `hpctrain cancel --run N` writes `cancelled` into run N's record
+            if look:
+                next_look = time.time() + CANCEL_LOOK_S
             for (idx, _, run_dir), pid in children:
                 if idx in codes:
                     continue
@@ -116,13 +128,19 @@ class PackJob:
                 if done:
                     codes[idx] = os.waitstatus_to_exitcode(status)
                     print(f"hpctrain pack: #{idx} ended, exit code {codes[idx]}", flush=True)
+                elif look and record.read(run_dir).state == record.State.CANCELLED:
+                    os.kill(pid, signal.SIGKILL)  # cancelled: nothing to keep (submitit's children ignore SIGTERM)
+                    cancelled.add(idx)
+                    _note(run_dir, f"hpctrain pack: #{idx} cancelled (its record says so): stopped pid {pid}")
+                    print(f"hpctrain pack: #{idx} cancelled: stopped pid {pid}; the task's other runs go on",
+                          flush=True)
             time.sleep(0.2)
         states = {idx: str(record.read(run_dir).state) for (idx, _, run_dir), _ in children}
         if any(c == REQUEUE_EXIT for c in codes.values()) and callable(submitit_handler):
             print(f"hpctrain pack: every run of the task has ended or checkpointed ({states}); requeueing", flush=True)
             submitit_handler(signum, None)  # submitit: checkpoint() below, scontrol requeue, exit
         signal.signal(signum, submitit_handler)
-        bad = {i: c for i, c in codes.items() if c not in (0, REQUEUE_EXIT)}
+        bad = {i: c for i, c in codes.items() if c not in (0, REQUEUE_EXIT) and i not in cancelled}
         if bad:
             raise RuntimeError(f"{len(bad)} of {len(children)} packed run(s) failed (exit codes {bad}); "
                                f"their metrics.json hold the errors")
@@ -140,7 +158,7 @@ class PackJob:
             importlib.import_module(module)
 
     def _fork(self, point: Point, gpu: Optional[str], cpus: List[int]) -> int:
-        log = Path(point[2]) / ".hpctrain" / "task.log"
+        log = Path(point[2]) / runfiles.PACKED_LOG
         log.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         sys.stdout.flush()
@@ -172,6 +190,15 @@ class PackJob:
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _note(run_dir: str, line: str) -> None:
+    """A line in the run's own log (``hpctrain cancel`` waits for it)."""
+    try:
+        with open(Path(run_dir) / runfiles.PACKED_LOG, "a") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
 
 
 def _ranges(cpus: List[int]) -> str:
