@@ -180,17 +180,26 @@ class Poller(Generic[T]):
         return self.failures > 0
 
 
-def poll_squeue(job_ids: List[str], interval_s: float, is_done: Callable[[QueueState], bool],
-                on_change: Callable[[QueueState], None] = lambda q: None) -> QueueState:
-    """Ask squeue until ``is_done(queue)``; failed calls never end the wait (they are unknown, not gone)."""
+def poll_squeue(job_ids: List[str], max_interval_s: float, is_done: Callable[[QueueState], bool],
+                on_change: Callable[[QueueState], None] = lambda q: None, first_interval_s: float = 1.0,
+                brisk_s: float = 30.0) -> QueueState:
+    """Ask squeue until ``is_done(queue)``; failed calls never end the wait (they are unknown, not gone).
+
+    Every ``first_interval_s`` for the first ``brisk_s`` seconds (jobs that end at once, such as a config
+    that fails at start, are seen to end at once), then a pause that grows by half each time up to
+    ``max_interval_s`` (a long wait costs the controller one query per ``max_interval_s``).
+    """
     poller: Poller[QueueState] = Poller(lambda: squeue(job_ids), "squeue")
+    start, pause = time.monotonic(), first_interval_s
     while True:
         queue = poller.poll()
         if queue is not None and not poller.unknown:
             on_change(queue)
             if is_done(queue):
                 return queue
-        time.sleep(interval_s)
+        time.sleep(pause)
+        if time.monotonic() - start > brisk_s:
+            pause = min(pause * 1.5, max_interval_s)
 
 
 # ---------------------------------------------------------------- cluster facts

@@ -1,4 +1,4 @@
-"""Every private API of Hydra, submitit and TensorBoard that hpctrain uses, in one place.
+"""Every private API of Hydra, OmegaConf, submitit and TensorBoard that hpctrain uses, in one place.
 
 These are the names a new release of those libraries may move without notice; the pins in
 pyproject.toml are as wide as the versions CI runs the tests against (``.ci/run`` runs the login-node
@@ -7,7 +7,9 @@ one of these, this module is the one to change. Imports are done where each is u
 nothing heavy is loaded on the login node for a name it does not need (no torch here).
 """
 
-from typing import Any, List, Optional
+import contextlib
+import functools
+from typing import Any, Iterator, List, Optional
 
 # Hydra: the basic sweeper's class (hpctrain's sweeper extends it; review expands a sweep with its
 # split_arguments) and the config loader's internals used to plan 1000 points without composing each.
@@ -18,6 +20,24 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # noqa: F40
 def apply_overrides(overrides: List[Any], cfg: Any) -> None:
     """Hydra's own application of parsed value overrides to a config (type checks of structured configs)."""
     ConfigLoaderImpl._apply_overrides_to_config(overrides, cfg)
+
+
+# OmegaConf
+@contextlib.contextmanager
+def interpolation_parser_memoized() -> Iterator[None]:
+    """OmegaConf's interpolation parser memoized per string, for the duration of the block.
+
+    ``omegaconf.base.parse`` builds an ANTLR parse tree for every interpolation it resolves (2 ms each);
+    the trees are only read (visited) afterwards, so one tree per distinct string serves every use.
+    """
+    import omegaconf.base as ombase
+
+    original = ombase.parse
+    ombase.parse = functools.lru_cache(maxsize=4096)(original)
+    try:
+        yield
+    finally:
+        ombase.parse = original
 
 
 # submitit

@@ -117,3 +117,23 @@ def test_poller_rides_out_failures_and_says_so(capsys):
     poller.poll()
     assert poller.poll() == {} and not poller.unknown
     assert "answers again after 3 failed calls" in capsys.readouterr().err
+
+
+def test_poll_squeue_asks_every_second_at_first_then_less_often(monkeypatch):
+    """A wait that ends at once is seen at once; a long one asks once per max_interval_s. A failed call in
+    between never ends the wait."""
+    clock = [0.0]
+    pauses = []
+    answers = iter([{"1_0": ("RUNNING", "None")}] * 40 + [None] + [{"1_0": ("RUNNING", "None")}] * 9 + [{}])
+    monkeypatch.setattr(cluster, "squeue", lambda ids: next(answers))
+    monkeypatch.setattr(cluster.time, "monotonic", lambda: clock[0])
+
+    def sleep(s: float) -> None:
+        pauses.append(s)
+        clock[0] += s
+
+    monkeypatch.setattr(cluster.time, "sleep", sleep)
+    queue = cluster.poll_squeue(["1"], 10.0, lambda q: not q)  # done once the queue holds none of them
+    assert queue == {} and len(pauses) == 50
+    assert pauses[:31] == [1.0] * 31  # the first 30 s
+    assert pauses[31:34] == [1.5, 2.25, 3.375] and max(pauses) == 10.0 and pauses[-1] == 10.0

@@ -18,22 +18,21 @@ interpolation grammar were nearly all of the time):
 - the run dir name is filled in from ``hydra.sweep.subdir`` by plain substitution when that template
   only uses ``${hydra.job.*}`` values (Hydra's default) or is hpctrain's own name template, else resolved
   by OmegaConf, with OmegaConf's interpolation grammar parsed once per distinct string while the plan is
-  made (:func:`_parse_once`: ANTLR parsing was 2 ms per interpolation, four per point).
+  made (:func:`hpctrain.compat.interpolation_parser_memoized`: ANTLR parsing was 2 ms per interpolation).
 """
 
-import contextlib
 import copy
-import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import OverrideType
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from hpctrain import compat
 from hpctrain.compat import apply_overrides, get_overrides_dirname
 from hpctrain.config import DIRNAME_TEMPLATE, dirname as hpctrain_dirname
 
@@ -121,30 +120,13 @@ class OverrideCache:
         return out
 
 
-@contextlib.contextmanager
-def _parse_once() -> Iterator[None]:
-    """OmegaConf's interpolation parser memoized per string, for the duration of the plan.
-
-    ``omegaconf.base.parse`` builds an ANTLR parse tree for every interpolation it resolves; the
-    trees are only read (visited) afterwards, so one tree per distinct string serves every point.
-    """
-    import omegaconf.base as ombase
-
-    original = ombase.parse
-    ombase.parse = functools.lru_cache(maxsize=4096)(original)
-    try:
-        yield
-    finally:
-        ombase.parse = original
-
-
 def plan_runs(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
               first_idx: int, inspect: Optional[Inspect] = None) -> Tuple[List[Run], List[str]]:
     """The runs of the good points, and one line per bad point (all of them, not just the first).
 
     ``inspect`` is called on every point's config (validation): its lines are that point's problems.
     """
-    with _parse_once():
+    with compat.interpolation_parser_memoized():
         return _plan(ctx, config, job_overrides, first_idx, inspect)
 
 

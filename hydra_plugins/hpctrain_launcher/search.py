@@ -159,7 +159,7 @@ class SearchSweeper(Sweeper):
                 return None
             from hpctrain import cluster
 
-            cluster.poll_squeue(ids, 3.0, lambda q: not any(cluster.in_queue(q, i) for i in ids))
+            cluster.poll_squeue(ids, 10.0, lambda q: not any(cluster.in_queue(q, i) for i in ids))
         return self._final(sweep_dir, settings)
 
     @staticmethod

@@ -193,7 +193,7 @@ class SlurmLauncher(BaseLauncher):
                 last[0] = line
 
         # a failed squeue call is "unknown", never "gone": the wait goes on until the queue answers empty
-        cluster.poll_squeue(ids, 2.0, lambda q: not any(cluster.in_queue(q, i) for i in ids), progress)
+        cluster.poll_squeue(ids, 10.0, lambda q: not any(cluster.in_queue(q, i) for i in ids), progress)
         returns = []
         for run, job in zip(runs, jobs):
             if job.paths.result_pickle.exists():
