@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional
 
 METRICS = "metrics.json"
 PACKED_LOG = os.path.join(".hpctrain", "task.log")  # a packed run's own output, under its run dir
+PACKED_CANCELLED = "cancelled (its record says so)"  # the task's note in that log when it stopped the run
 TB_DIR = "tb"
 CKPT = Path("checkpoints") / "last.pt"
 HYDRA_DIR = ".hydra"

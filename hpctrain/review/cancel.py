@@ -104,7 +104,7 @@ def _stopped_by_their_pack(runs: List[RunRecord]) -> set:
     deadline = time.time() + WAIT_S
     while True:
         for i, r in waiting.items():
-            if i not in stopped and r.run_dir and "cancelled (its record says so)" in jobs.tail(
+            if i not in stopped and r.run_dir and runfiles.PACKED_CANCELLED in jobs.tail(
                     os.path.join(r.run_dir, runfiles.PACKED_LOG), 4096):
                 stopped.add(i)
         if len(stopped) == len(waiting) or time.time() > deadline:

@@ -51,7 +51,6 @@ def gpu_slots(gpus: Sequence[int], per_run: int, parallel: int) -> List[List[int
 
 class LocalLauncher(BaseLauncher):
     kind = "local"
-    _task_count = 1  # tasks of this launch (set in submit)
 
     def gpus_per_node(self) -> int:
         if self.params.gpus_per_node is not None:
@@ -86,13 +85,12 @@ class LocalLauncher(BaseLauncher):
             folder=str(self.params.submitit_folder), max_num_timeout=int(self.params.max_num_timeout), python=python
         )
         per_run, parallel = self.gpus_per_node(), self.max_parallel()
-        self._task_count = len(tasks)
         executor.update_parameters(
             timeout_min=int(self.params.timeout_min),
             tasks_per_node=self.tasks_per_node(),
             gpus_per_node=per_run,
             signal_delay_s=int(self.params.signal_delay_s),
-            setup=self.setup_lines() + self.thread_lines(per_run, parallel),
+            setup=self.setup_lines() + self.thread_lines(per_run, min(parallel, len(tasks))),
         )
         k = self.runs_per_task()
         what = f"{parallel} task(s) at a time, {k} runs side by side in each" if k > 1 else f"{parallel} at a time"
@@ -119,13 +117,13 @@ class LocalLauncher(BaseLauncher):
             time.sleep(0.2)
         return [jobs[t] for t in range(len(tasks))]
 
-    def thread_lines(self, gpus_per_run: int, parallel: int) -> List[str]:
+    def thread_lines(self, gpus_per_run: int, tasks_at_once: int) -> List[str]:
         """CPU runs side by side share this machine's cores: each rank gets its share as OMP_NUM_THREADS
         (torch's default, every core for every process, makes parallel CPU runs fight over them).
         Left alone when the user set OMP_NUM_THREADS, or the runs have GPUs."""
         if "OMP_NUM_THREADS" in os.environ or gpus_per_run:
             return []
-        ranks = min(parallel, self._task_count) * self.tasks_per_node() * self.runs_per_task()
+        ranks = tasks_at_once * self.tasks_per_node() * self.runs_per_task()
         return [f"export OMP_NUM_THREADS={max(1, len(os.sched_getaffinity(0)) // max(1, ranks))}"]
 
     def _ended(self, task: List[Run], job: Any) -> bool:

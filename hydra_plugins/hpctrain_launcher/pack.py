@@ -131,7 +131,7 @@ class PackJob:
                 elif look and record.read(run_dir).state == record.State.CANCELLED:
                     os.kill(pid, signal.SIGKILL)  # cancelled: nothing to keep (submitit's children ignore SIGTERM)
                     cancelled.add(idx)
-                    _note(run_dir, f"hpctrain pack: #{idx} cancelled (its record says so): stopped pid {pid}")
+                    _note(run_dir, f"hpctrain pack: #{idx} {runfiles.PACKED_CANCELLED}: stopped pid {pid}")
                     print(f"hpctrain pack: #{idx} cancelled: stopped pid {pid}; the task's other runs go on",
                           flush=True)
             time.sleep(0.2)

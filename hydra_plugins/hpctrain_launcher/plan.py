@@ -12,9 +12,10 @@ interpolation grammar were nearly all of the time):
 - points that set the same keys to plain values (``lr=...,seed=...``) share ONE working config: each
   point's values replace the previous point's, the point is checked (``inspect``) right then, and its
   own config is only built again when someone asks for ``Run.cfg``;
-- the resolved plain copy that validation reads is made once per composed base when the app's config
-  holds no interpolation; each point's copy shares it, with the point's own values set along their paths
-  (OmegaConf's ``to_container`` of the whole config was a third of the time);
+- the resolved plain copy that validation reads is made once per composed base; each point's copy shares
+  it, with the point's own values, and the interpolated values that may read them, set along their paths
+  (OmegaConf's ``to_container`` of the whole config per point was a third of the time);
+- a point applies, and reads back, only the values that differ from the previous point's;
 - the run dir name is filled in from ``hydra.sweep.subdir`` by plain substitution when that template
   only uses ``${hydra.job.*}`` values (Hydra's default) or is hpctrain's own name template, else resolved
   by OmegaConf, with OmegaConf's interpolation grammar parsed once per distinct string while the plan is
@@ -77,7 +78,6 @@ class _Base:
     working: Dict[Tuple[str, ...], "_Working"] = field(default_factory=dict)  # shared config per set of keys
     naming: Optional[DictConfig] = None  # hydra.job values and hydra.sweep.subdir, to resolve run dir names
     plain: Any = _UNSET  # ``task`` resolved to plain containers, and where it holds interpolations
-
     readers: Dict[Tuple[str, ...], List[str]] = field(default_factory=dict)  # per key set: interpolations to redo
 
     def resolved(self) -> Optional[Tuple[Dict[str, Any], List[Tuple[str, str]]]]:
