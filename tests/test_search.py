@@ -36,14 +36,6 @@ def record_kinds(run_dir: Path) -> List[str]:
     return [name.split(".")[1] for name in sorted(p.name for p in (run_dir / ".hpctrain" / "record").iterdir())]
 
 
-def lease_of(sweep: Path, owner: str) -> dict:
-    for p in (sweep / ".hpctrain" / "trials").glob("*.json"):
-        lease = json.loads(p.read_text())
-        if lease.get("owner") == owner:
-            return {"number": int(p.stem), **lease}
-    return {}
-
-
 def run_dir_of(sweep: Path, number: int) -> Path:
     (d,) = [p for p in trial_dirs(sweep) if p.name.startswith(f"trial-{number:03d}")]
     return d
