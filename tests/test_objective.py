@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -80,22 +81,24 @@ def test_sweep_by_accuracy_max(tmp_path):
 
 @pytest.fixture(scope="session")
 def optuna_python(tmp_path_factory):
-    """A virtual environment with Hydra's released Optuna sweeper (it pins optuna<3, sqlalchemy<2 works
-    with it), layered over this environment's packages (torch, hpctrain) with a .pth file."""
+    """A virtual environment with Hydra's released Optuna sweeper (it pins optuna<3; sqlalchemy<2 and an
+    alembic of that time work with it), layered over this environment's packages (torch, hpctrain, hydra,
+    numpy, colorlog) with a .pth file. Only what must differ is installed, without dependencies, by this
+    environment's pip (a full resolve into a bare venv took 35 s of the suite)."""
     import sysconfig
 
     venv = tmp_path_factory.mktemp("optuna") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
-    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "hydra-optuna-sweeper==1.2.0",
-                          "hydra-core==1.3.2", "optuna<3", "sqlalchemy<2"], capture_output=True, text=True,
-                         timeout=900)
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                          "hydra-optuna-sweeper==1.2.0", "optuna<3", "sqlalchemy<2", "alembic<1.14", "cmaes<0.11",
+                          "scipy"], capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, pip.stderr[-3000:]
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
     ours = sysconfig.get_path("purelib")
     # appended after the new environment's own packages, so its pins win; .pth files there run too
-    (venv / purelib / "zz_outer_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    (Path(purelib) / "zz_outer_env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
     return python
 
 
