@@ -39,6 +39,7 @@ CASES = [
     (["data._target_=hpctrain.data.synthetic.nope"], "module 'hpctrain.data.synthetic' has no 'nope'"),
     (["data.train_size=16", "batch_size=64"], "batch_size=64: larger than data.train_size=16"),
     (["data.num_classes=0"], "data.num_classes=0: expected an integer >= 2"),
+    (["data=images", "data.num_features=10"], "data.num_features=10: expected channels x image_size x image_size = 256"),
     # resources, asked of the cluster
     (["hydra.launcher.gpus_per_node=3"], "hydra.launcher.gpus_per_node=3: nodes of partition 'debug' have at most 2 GPU(s)"),
     (["hydra.launcher.partition=nosuch"], "hydra.launcher.partition='nosuch': no such partition"),
@@ -116,10 +117,17 @@ def _case_args(args, work: Path, case: int) -> "tuple[list, Path]":
 def outcomes(slurm_cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("failfast")
     cases = [_case_args(args, work, i) for i, (args, _) in enumerate(CASES)]
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps([argv for argv, _ in cases])], cwd=work,
-                          env=hpctrain_env(), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.splitlines()[-1])
+    # two interpreters, half of the cases each: the machine's second core would otherwise sit idle
+    halves = [cases[:len(cases) // 2], cases[len(cases) // 2:]]
+    procs = [subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps([argv for argv, _ in half])], cwd=work,
+                              env=hpctrain_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for half in halves]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        results += json.loads(out.splitlines()[-1])
+    assert len(results) == len(cases)
     jobs = _my_jobs(work)
     return {i: (result, sweep, jobs) for i, (result, (_, sweep)) in enumerate(zip(results, cases))}
 
