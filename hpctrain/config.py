@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 import hashlib
+import math
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, OmegaConf
@@ -74,6 +75,8 @@ class ImageDataConfig:
     val_size: int = 1024
     noise: float = 0.5
     seed: int = 1234
+    # an image's flat size, for models that take vectors (model=mlp): follows channels and image_size
+    num_features: int = II("hpctrain.product:${.channels},${.image_size},${.image_size}")
 
 
 @dataclass
@@ -158,8 +161,14 @@ def dirname(num: int, overrides: str, limit: int = 120) -> str:
     return name
 
 
+def product(*factors: int) -> int:
+    """``${hpctrain.product:a,b,...}``: a size derived from others (an image's flat size)."""
+    return math.prod(int(f) for f in factors)
+
+
 def register_configs() -> None:
     OmegaConf.register_new_resolver("hpctrain.dirname", dirname, replace=True)
+    OmegaConf.register_new_resolver("hpctrain.product", product, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=TrainConfig)
     for group, name, node in (

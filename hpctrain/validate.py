@@ -63,6 +63,10 @@ def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[s
         minimum = 2 if key in ("num_classes", "vocab_size") else 1
         if isinstance(value, int) and value < minimum:
             problems.append(f"data.{key}={value}: expected an integer >= {minimum}")
+    shape = [_select(plain, f"data.{key}") for key in ("channels", "image_size", "num_features")]
+    if all(isinstance(v, int) for v in shape) and shape[2] != shape[0] * shape[1] ** 2:
+        problems.append(f"data.num_features={shape[2]}: expected channels x image_size x image_size = "
+                        f"{shape[0] * shape[1] ** 2} (an image's flat size; leave it out to have it follow them)")
     for group in ("model", "data", "optim", "loss"):
         target = _select(plain, f"{group}._target_")
         error = target_error(target) if isinstance(target, str) else "a class path such as pkg.module.Class"

@@ -102,18 +102,19 @@ def test_sweep_from_a_file_with_command_line_values(tmp_path):
 
 
 def test_sweep_over_a_config_group(tmp_path):
-    """optim=adamw,sgd: each run composes its own group option (config, optimizer state, run dir)."""
+    """model=mlp,cnn on images: each run composes its own group option (config, model weights, run dir);
+    the MLP takes the images flattened (data.num_features follows channels and image_size)."""
     import torch
     from omegaconf import OmegaConf
 
     sweep = tmp_path / "sweep"
-    run_hpctrain(["-m", "optim=adamw,sgd", "max_steps=10", "eval_every=0", "hydra/launcher=local",
-                  f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
-    adamw, sgd = sweep / "0_optim=adamw", sweep / "1_optim=sgd"
-    targets = [OmegaConf.load(d / ".hydra" / "config.yaml").optim._target_ for d in (adamw, sgd)]
-    assert targets == ["torch.optim.AdamW", "torch.optim.SGD"]
-    states = [torch.load(d / "checkpoints" / "last.pt", weights_only=True)["optimizer"]["state"] for d in (adamw, sgd)]
-    assert all("exp_avg" in s for s in states[0].values())  # Adam's moments ...
-    assert not any("exp_avg" in s for s in states[1].values())  # ... which SGD does not keep
-    assert [json.loads((d / "metrics.json").read_text())["status"] for d in (adamw, sgd)] == ["completed"] * 2
+    run_hpctrain(["-m", "model=mlp,cnn", "data=images", "data.image_size=8", "max_steps=5", "eval_every=0",
+                  "hydra/launcher=local", "hydra.launcher.max_parallel=2", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    mlp, cnn = sweep / "0_model=mlp", sweep / "1_model=cnn"
+    configs = [OmegaConf.load(d / ".hydra" / "config.yaml") for d in (mlp, cnn)]
+    assert [c.model._target_ for c in configs] == ["hpctrain.models.mlp.MLP", "hpctrain.models.cnn.CNN"]
+    weights = [torch.load(d / "checkpoints" / "last.pt", weights_only=True)["model"] for d in (mlp, cnn)]
+    assert tuple(weights[0]["net.0.weight"].shape) == (256, 1 * 8 * 8) and "features.0.weight" not in weights[0]
+    assert tuple(weights[1]["features.0.weight"].shape) == (32, 1, 3, 3) and "net.0.weight" not in weights[1]
+    assert [json.loads((d / "metrics.json").read_text())["status"] for d in (mlp, cnn)] == ["completed"] * 2
 

@@ -58,9 +58,14 @@ def gaussian_classes(
 
 def square_images(
     image_size: int, channels: int, num_classes: int, train_size: int, val_size: int, noise: float = 0.5,
-    seed: int = 1234,
+    seed: int = 1234, num_features: Optional[int] = None,
 ) -> Splits:
-    """Class k: a bright square in region k of a vertical split of the image."""
+    """Class k: a bright square in region k of a vertical split of the image.
+
+    ``num_features`` is the config's flat size (for models that take vectors); it must match the shape."""
+    if num_features is not None and num_features != channels * image_size * image_size:
+        raise ValueError(f"data.num_features={num_features}: expected channels x image_size x image_size = "
+                         f"{channels * image_size * image_size}")
     g = _gen(seed)
     side = max(2, image_size // 4)
 

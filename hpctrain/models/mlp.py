@@ -3,7 +3,7 @@ from torch import nn
 
 
 class MLP(nn.Module):
-    """A plain multi-layer perceptron classifier."""
+    """A plain multi-layer perceptron classifier; images are flattened (``in_features`` = their flat size)."""
 
     def __init__(self, in_features: int, num_classes: int, hidden: int = 256, depth: int = 2) -> None:
         super().__init__()
@@ -16,4 +16,4 @@ class MLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        return self.net(x.flatten(1))
