@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Generic, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
@@ -181,13 +182,14 @@ class Poller(Generic[T]):
 
 
 def poll_squeue(job_ids: List[str], max_interval_s: float, is_done: Callable[[QueueState], bool],
-                on_change: Callable[[QueueState], None] = lambda q: None, first_interval_s: float = 1.0,
-                brisk_s: float = 30.0) -> QueueState:
+                on_change: Callable[[QueueState], None] = lambda q: None, first_interval_s: float = 0.25,
+                brisk_interval_s: float = 1.0, brisk_s: float = 30.0) -> QueueState:
     """Ask squeue until ``is_done(queue)``; failed calls never end the wait (they are unknown, not gone).
 
-    Every ``first_interval_s`` for the first ``brisk_s`` seconds (jobs that end at once, such as a config
-    that fails at start, are seen to end at once), then a pause that grows by half each time up to
-    ``max_interval_s`` (a long wait costs the controller one query per ``max_interval_s``).
+    The pause starts at ``first_interval_s`` and grows by half each time: up to ``brisk_interval_s`` for
+    the first ``brisk_s`` seconds (jobs that end at once, such as a config that fails at start, are seen
+    to end at once), then up to ``max_interval_s`` (a long wait costs the controller one query per
+    ``max_interval_s``).
     """
     poller: Poller[QueueState] = Poller(lambda: squeue(job_ids), "squeue")
     start, pause = time.monotonic(), first_interval_s
@@ -198,8 +200,8 @@ def poll_squeue(job_ids: List[str], max_interval_s: float, is_done: Callable[[Qu
             if is_done(queue):
                 return queue
         time.sleep(pause)
-        if time.monotonic() - start > brisk_s:
-            pause = min(pause * 1.5, max_interval_s)
+        brisk = time.monotonic() - start <= brisk_s
+        pause = min(pause * 1.5, brisk_interval_s if brisk else max_interval_s)
 
 
 # ---------------------------------------------------------------- cluster facts
@@ -435,11 +437,14 @@ def max_submit_jobs(account: Optional[str] = None, qos: Optional[str] = None) ->
     """``(cap, who sets it)`` on the user's jobs in the queue; ``None`` when none is set or sacctmgr
     does not answer (no accounting): then nothing is checked up front and sbatch has the last word."""
     user = _user()
-    assoc = run(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
-                 "format=Account,User,MaxSubmit,QOS,DefaultQOS"], timeout_s=15)
+    with ThreadPoolExecutor(2) as pool:  # both asked at once: slurmdbd answers each in a few tenths of a second
+        asked = pool.map(lambda argv: run(argv, timeout_s=15), [
+            ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
+             "format=Account,User,MaxSubmit,QOS,DefaultQOS"],
+            ["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxSubmitPU"]])
+        assoc, qos_ans = list(asked)
     if assoc.stdout is None:
         return None
-    qos_ans = run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxSubmitPU"], timeout_s=15)
     return parse_max_submit(assoc.stdout, qos_ans.stdout or "", account, qos, user)
 
 
