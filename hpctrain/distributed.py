@@ -2,7 +2,7 @@
 
 Rank, world size, master address and a port that every rank agrees on come from torchrun's
 variables, or from submitit's ``TorchDistributedEnvironment`` (first host of the Slurm node list as
-master, a port derived from the job id). gloo on CPU, NCCL on CUDA.
+master, and a port derived from the job id below the ephemeral range). gloo on CPU, NCCL on CUDA.
 
 GPU code has never run on this project's CI, so wrong states fail loudly here: a job that was given
 GPUs but sees no CUDA stops instead of training on CPU, and two ranks are never mapped onto one GPU.
@@ -17,6 +17,8 @@ from typing import List, Mapping, Optional
 
 import torch
 import torch.distributed as dist
+
+from hpctrain.ports import job_master_port
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +116,15 @@ def allow_tf32(device: torch.device) -> None:
 
 
 def _export_from_submitit() -> None:
-    """Fill RANK/WORLD_SIZE/LOCAL_*/MASTER_* from the submitit job environment (Slurm or local)."""
+    """Fill RANK/WORLD_SIZE/LOCAL_*/MASTER_* from the submitit job environment (Slurm or local); the port
+    is :func:`job_master_port` unless the user set MASTER_PORT."""
+    from submitit import JobEnvironment
     from submitit.helpers import TorchDistributedEnvironment
 
-    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    env = TorchDistributedEnvironment()  # it takes a MASTER_PORT already set as its port
+    if "MASTER_PORT" not in os.environ:
+        env.master_port = job_master_port(JobEnvironment().job_id)
+    env.export(set_cuda_visible_devices=False, overwrite=True)  # (without overwrite, a set one is an error)
 
 
 def init_distributed(device_preference: str = "auto", timeout_s: float = 600.0) -> DistInfo:

@@ -1,6 +1,7 @@
 """DDP over gloo with several local processes: through the launcher, and the all-reduce count."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,31 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(tmp_path, grad_acc
     assert state_close(ddp["model"], one["model"], atol=1e-5)
     losses = tb_scalars(tmp_path / "one", "train/loss")
     assert losses[-1] < losses[0]  # it trained: equal weights are not two untouched initialisations
+
+
+SLURM_RANK = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "1234", "SLURM_ARRAY_JOB_ID": "1200",
+              "SLURM_ARRAY_TASK_ID": "3", "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0",
+              "SLURM_JOB_NODELIST": "node7", "SLURM_PROCID": "1", "SLURM_LOCALID": "1"}
+
+
+def test_slurm_ranks_rendezvous_on_a_port_of_their_task_below_the_ephemeral_range(monkeypatch):
+    """Every rank of an array task exports the same MASTER_PORT (from the task's id), below Linux's
+    ephemeral ports; tasks of one array get ports of their own; a user's MASTER_PORT is kept."""
+    from hpctrain import distributed
+    from hpctrain.ports import MASTER_PORTS, job_master_port
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in SLURM_RANK.items():
+        monkeypatch.setenv(key, value)
+    distributed._export_from_submitit()
+    port = int(os.environ["MASTER_PORT"])
+    assert port == job_master_port("1200_3") and 20000 <= port < 32768 and MASTER_PORTS == range(20000, 32768)
+    assert [os.environ[k] for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")] == ["1", "2", "node7"]
+    assert len({job_master_port(f"1200_{t}") for t in range(100)}) >= 98  # the array's tasks spread out
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("MASTER_PORT", "29555")
+    distributed._export_from_submitit()
+    assert os.environ["MASTER_PORT"] == "29555" and os.environ["RANK"] == "1"

@@ -25,6 +25,7 @@ from hydra.core.utils import JobStatus, run_job, setup_globals
 from omegaconf import OmegaConf, open_dict
 
 from hpctrain import record, runfiles
+from hpctrain.ports import MASTER_PORTS
 from hpctrain.search import study as studies
 from hpctrain.search.bridge import TrialBridge, activate
 from hpctrain.search.space import trial_dirname
@@ -210,9 +211,9 @@ def _fresh_rendezvous_port(seq: int) -> None:
     a second ``init_process_group`` on the first trial's port, in the same processes, was seen to hang
     (gloo: "Timed out waiting 600000ms for send operation to complete")."""
     if "MASTER_PORT" not in os.environ:
-        return  # the first trial: the trainer exports submitit's port (derived from the job id)
+        return  # the first trial: the trainer exports the job's port (distributed.job_master_port)
     base = int(os.environ.setdefault("HPCTRAIN_BASE_MASTER_PORT", os.environ["MASTER_PORT"]))
-    os.environ["MASTER_PORT"] = str(20000 + (base - 20000 + seq) % 40000)
+    os.environ["MASTER_PORT"] = str(MASTER_PORTS[(base - MASTER_PORTS.start + seq) % len(MASTER_PORTS)])
 
 
 def _attempt() -> str:
