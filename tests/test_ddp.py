@@ -95,24 +95,28 @@ SLURM_RANK = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "1234", "SLURM_ARRAY
               "SLURM_JOB_NODELIST": "node7", "SLURM_PROCID": "1", "SLURM_LOCALID": "1"}
 
 
-def test_slurm_ranks_rendezvous_on_a_port_of_their_task_below_the_ephemeral_range(monkeypatch):
+def test_slurm_ranks_rendezvous_on_a_port_of_their_task_below_the_ephemeral_range():
     """Every rank of an array task exports the same MASTER_PORT (from the task's id), below Linux's
     ephemeral ports; tasks of one array get ports of their own; a user's MASTER_PORT is kept."""
     from hpctrain import distributed
     from hpctrain.ports import MASTER_PORTS, job_master_port
 
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(key, raising=False)
-    for key, value in SLURM_RANK.items():
-        monkeypatch.setenv(key, value)
-    distributed._export_from_submitit()
-    port = int(os.environ["MASTER_PORT"])
-    assert port == job_master_port("1200_3") and 20000 <= port < 32768 and MASTER_PORTS == range(20000, 32768)
-    assert [os.environ[k] for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")] == ["1", "2", "node7"]
-    assert len({job_master_port(f"1200_{t}") for t in range(100)}) >= 98  # the array's tasks spread out
+    saved = dict(os.environ)  # submitit's export writes os.environ itself: all of it is put back after
+    try:
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            os.environ.pop(key, None)
+        os.environ.update(SLURM_RANK)
+        distributed._export_from_submitit()
+        port = int(os.environ["MASTER_PORT"])
+        assert port == job_master_port("1200_3") and 20000 <= port < 32768 and MASTER_PORTS == range(20000, 32768)
+        assert [os.environ[k] for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")] == ["1", "2", "node7"]
+        assert len({job_master_port(f"1200_{t}") for t in range(100)}) >= 98  # the array's tasks spread out
 
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("MASTER_PORT", "29555")
-    distributed._export_from_submitit()
-    assert os.environ["MASTER_PORT"] == "29555" and os.environ["RANK"] == "1"
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
+            del os.environ[key]
+        os.environ["MASTER_PORT"] = "29555"
+        distributed._export_from_submitit()
+        assert os.environ["MASTER_PORT"] == "29555" and os.environ["RANK"] == "1"
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
