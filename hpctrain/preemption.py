@@ -38,10 +38,24 @@ class PreemptionGuard:
     def hand_over(self) -> None:
         """Let submitit requeue (rank 0) and exit; never returns."""
         assert self._previous is not None and self._signum is not None
-        self._previous(self._signum, None)  # rank 0: checkpoint(), scontrol requeue, sys.exit
+        requeue_with(self._previous, self._signum)  # rank 0: checkpoint(), scontrol requeue, sys.exit
         sys.exit(0)  # other ranks: submitit's handler returns; their work is done
 
     def uninstall(self) -> None:
         """Restore submitit's handler (a signal after the last step is moot: the run is done)."""
         if self._previous is not None and self._signum is not None:
             signal.signal(self._signum, self._previous)
+
+
+def requeue_with(handler: Callable[..., Any], signum: int) -> None:
+    """Call submitit's handler (``checkpoint()``, ``scontrol requeue``, exit) with SIGTERM ignored.
+
+    The requeue makes Slurm send SIGTERM to every process of the job; an ``scontrol requeue`` still
+    running then died of it, submitit raised CalledProcessError (-15), and the run was recorded failed
+    although the job was requeued (seen on the test cluster under load). An ignored signal stays ignored
+    through exec, so scontrol finishes its call; Slurm's SIGKILL after KillWait still ends everything."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        handler(signum, None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

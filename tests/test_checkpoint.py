@@ -3,6 +3,7 @@ rank's RNG state saved and restored, also when the number of ranks changes betwe
 
 import logging
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -87,3 +88,28 @@ def test_resume_with_a_different_number_of_ranks(tmp_path, first, second):
     assert len(saved["rng"]) == first  # every rank's own state
     assert _run(second, common + ["max_steps=15"], tmp_path) == {r: (10, 15) for r in range(second)}
     assert len(torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)["rng"]) == second
+
+
+def test_the_requeue_call_survives_the_sigterm_the_requeue_itself_sends():
+    """submitit's handler runs `scontrol requeue`, which makes Slurm SIGTERM every process of the job,
+    scontrol too; the handler is called with SIGTERM ignored, which its children keep through exec. The
+    stand-in for scontrol sends itself the SIGTERM: it finishes, and the caller's own handler is back after."""
+    import signal
+    import subprocess
+
+    from hpctrain.preemption import requeue_with
+
+    stand_in = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM); print('done')"]
+    with pytest.raises(subprocess.CalledProcessError) as plain:  # what submitit's check_call met before
+        subprocess.check_call(stand_in, stdout=subprocess.DEVNULL)
+    assert plain.value.returncode == -signal.SIGTERM
+
+    seen = []
+    mine = signal.signal(signal.SIGTERM, lambda *a: None)
+    try:
+        requeue_with(lambda signum, frame: seen.append((signum, subprocess.check_output(stand_in, text=True))),
+                     signal.SIGUSR2)
+        assert seen == [(signal.SIGUSR2, "done\n")]
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, mine)

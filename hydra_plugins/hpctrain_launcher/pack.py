@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain import runfiles
+from hpctrain.preemption import requeue_with
 
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
 MEMORY_FRACTION_ENV = "HPCTRAIN_GPU_MEMORY_FRACTION"
@@ -138,7 +139,7 @@ class PackJob:
         states = {idx: str(record.read(run_dir).state) for (idx, _, run_dir), _ in children}
         if any(c == REQUEUE_EXIT for c in codes.values()) and callable(submitit_handler):
             print(f"hpctrain pack: every run of the task has ended or checkpointed ({states}); requeueing", flush=True)
-            submitit_handler(signum, None)  # submitit: checkpoint() below, scontrol requeue, exit
+            requeue_with(submitit_handler, signum)  # submitit: checkpoint() below, scontrol requeue, exit
         signal.signal(signum, submitit_handler)
         bad = {i: c for i, c in codes.items() if c not in (0, REQUEUE_EXIT) and i not in cancelled}
         if bad:
