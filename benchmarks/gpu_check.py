@@ -37,10 +37,10 @@ from torch.nn import functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpctrain import checkpoint  # noqa: E402
-from hpctrain.distributed import DistInfo, allow_tf32, device_index, pick_device, teardown  # noqa: E402
-from hpctrain.metrics import peak_flops  # noqa: E402
-from hpctrain.peaks import peak_flops_for  # noqa: E402
+from hpctrain.train import checkpoint
+from hpctrain.train.distributed import DistInfo, allow_tf32, device_index, pick_device, teardown  # noqa: E402
+from hpctrain.train.loggers import peak_flops  # noqa: E402
+from hpctrain.train.peaks import peak_flops_for  # noqa: E402
 
 # the sizes of a run on one GPU, and the tiny ones of --cpu-smoke
 SIZES = {
@@ -57,7 +57,7 @@ BUDGET_S = 7.5 * 60  # sections not started by then are skipped (the device leas
 def uniform_tokens(vocab_size: int, seq_len: int, train_size: int, val_size: int, seed: int = 0, **_: Any):
     """Uniformly random tokens (the built-in Markov data set draws a permutation per token of a 50257 vocabulary:
     minutes). The loss stays near log(vocab): a throughput run measures no denormal arithmetic."""
-    from hpctrain.data.synthetic import Splits, TensorData
+    from hpctrain.train.datasets.synthetic import Splits, TensorData
 
     g = torch.Generator().manual_seed(seed)
 
@@ -73,7 +73,7 @@ def compose(overrides: List[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
-    from hpctrain.config import register_configs
+    from hpctrain.schema import register_configs
 
     register_configs()
     with initialize_config_module(config_module="hpctrain.conf", version_base="1.3"):
@@ -96,7 +96,7 @@ def gpt_overrides(size: Dict[str, int], device: torch.device, precision: str, co
 
 
 def trainer_for(overrides: List[str], run_dir: Path, device: torch.device):
-    from hpctrain.trainer import Trainer
+    from hpctrain.train.trainer import Trainer
 
     torch._dynamo.reset()  # each variant compiles afresh: its compile time is its own
     return Trainer(compose(overrides), run_dir, DistInfo(device=device))

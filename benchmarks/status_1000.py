@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import List
 
-from hpctrain import record
+from hpctrain.core import events as record
 
 ARRAY_ID = "987650"  # a job id the test cluster never reaches: squeue is asked and knows nothing of it
 PER_ARRAY = 1001  # Slurm's default MaxArraySize: a larger sweep is several arrays

@@ -81,8 +81,8 @@ def timed(owner, name, key):
             phases[key] = phases.get(key, 0.0) + time.perf_counter() - t
     setattr(owner, name, wrapper)
 def patch_launcher():
-    L = sys.modules["hydra_plugins.hpctrain_launcher.launcher"]
-    S = sys.modules["hydra_plugins.hpctrain_launcher.slurm"]
+    L = sys.modules["hpctrain.launch.launcher"]
+    S = sys.modules["hpctrain.launch.backends.slurm"]
     for key in ORDER:
         phases.setdefault(key, 0.0)
     timed(L.BaseLauncher, "launch", ORDER[0])

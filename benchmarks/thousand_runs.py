@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hpctrain import record
+from hpctrain.core import events as record
 
 
 def count(sweep: Path, points: int) -> dict:

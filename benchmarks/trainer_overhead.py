@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from hpctrain.build import build_data, build_model, build_optimizer
-from hpctrain.distributed import DistInfo
-from hpctrain.trainer import Trainer, lr_lambda
+from hpctrain.train.build import build_data, build_model, build_optimizer
+from hpctrain.train.distributed import DistInfo
+from hpctrain.train.trainer import Trainer, lr_lambda
 
 OVERRIDES = ["model.hidden=512", "model.depth=3", "data.num_features=128", "batch_size=256", "log_every=50",
              "eval_every=0", "ckpt_every=0"]
@@ -29,7 +29,7 @@ def compose(steps: int):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
-    from hpctrain.config import register_configs
+    from hpctrain.schema import register_configs
 
     register_configs()
     with initialize_config_module(config_module="hpctrain.conf", version_base="1.3"):

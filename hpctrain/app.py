@@ -12,9 +12,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from hpctrain import record, runfiles
-from hpctrain.config import register_configs
-from hpctrain.validate import validate_job
+from hpctrain.core import events as record
+from hpctrain.core import paths as runfiles
+from hpctrain.launch.checks import validate_job
+from hpctrain.schema import register_configs
 
 log = logging.getLogger("hpctrain")
 register_configs()
@@ -38,8 +39,8 @@ def train(cfg: DictConfig) -> float:
     if problems:
         raise ValueError("; ".join(problems))
 
-    from hpctrain.distributed import init_distributed, teardown
-    from hpctrain.trainer import Trainer
+    from hpctrain.train.distributed import init_distributed, teardown
+    from hpctrain.train.trainer import Trainer
 
     info, failed = None, True
     try:
@@ -69,7 +70,7 @@ def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:
     wrapper records it (for any app); in run mode the app does."""
     if os.environ.get(record.RECORDED_ENV):
         return
-    from hpctrain.trainer import error_tail
+    from hpctrain.train.trainer import error_tail
 
     record.failed(run_dir, error_tail(exc), rank=rank)
     record.write_summary(run_dir)
@@ -78,6 +79,6 @@ def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:
 # The launcher calls this on the login node for every sweep point before submitting anything.
 train.validate_job = validate_job  # type: ignore[attr-defined]
 # Packed runs (runs_per_task > 1) are forked from one process per task that imports these first.
-train.preload = ("hpctrain.trainer", "hpctrain.distributed")  # type: ignore[attr-defined]
+train.preload = ("hpctrain.train.trainer", "hpctrain.train.distributed")  # type: ignore[attr-defined]
 
 main = hydra.main(version_base="1.3", config_path="pkg://hpctrain.conf", config_name="config")(train)

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import hpctrain_env, run_hpctrain
-from hpctrain import cluster
+from hpctrain.slurm import query as slurm
 from slurm_helpers import cancel, job_id, metrics, queued, run_dirs, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -26,7 +26,7 @@ def status(sweep, cwd) -> list:
 
 
 def sacct_state(job: str) -> str:
-    return (cluster.sacct([job]) or {}).get(job, "")
+    return (slurm.sacct([job]) or {}).get(job, "")
 
 
 def test_completed_failed_and_options_reach_the_job(tmp_path):

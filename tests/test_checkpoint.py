@@ -11,9 +11,9 @@ import torch
 
 from trainer_helpers import compose, gloo_ranks
 
-from hpctrain import checkpoint
-from hpctrain.distributed import DistInfo
-from hpctrain.trainer import Trainer
+from hpctrain.train import checkpoint
+from hpctrain.train.distributed import DistInfo
+from hpctrain.train.trainer import Trainer
 
 ARGS = ["max_steps=20", "ckpt_every=5", "log_every=5", "eval_every=0"]
 
@@ -97,7 +97,7 @@ def test_the_requeue_call_survives_the_sigterm_the_requeue_itself_sends():
     import signal
     import subprocess
 
-    from hpctrain.preemption import requeue_with
+    from hpctrain.job.preemption import requeue_with
 
     stand_in = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM); print('done')"]
     with pytest.raises(subprocess.CalledProcessError) as plain:  # what submitit's check_call met before

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hpctrain import cluster
+from hpctrain.slurm import parse as slurm_parse, query as slurm
 
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 
@@ -27,27 +27,27 @@ SchedulerParameters     = bf_continue,bf_max_job_test=500,max_array_tasks=1000
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("gpu:a100:4(S:0-1)", [cluster.Gres("gpu", "a100", 4, "0-1")]),
-    ("gpu:4(S:0)", [cluster.Gres("gpu", None, 4, "0")]),
-    ("gpu:2", [cluster.Gres("gpu", None, 2)]),
-    ("gpu:tesla:2(S:0)", [cluster.Gres("gpu", "tesla", 2, "0")]),
+    ("gpu:a100:4(S:0-1)", [slurm_parse.Gres("gpu", "a100", 4, "0-1")]),
+    ("gpu:4(S:0)", [slurm_parse.Gres("gpu", None, 4, "0")]),
+    ("gpu:2", [slurm_parse.Gres("gpu", None, 2)]),
+    ("gpu:tesla:2(S:0)", [slurm_parse.Gres("gpu", "tesla", 2, "0")]),
     ("gpu:h100:8(S:0-1),shard:h100:32(S:0-1)",
-     [cluster.Gres("gpu", "h100", 8, "0-1"), cluster.Gres("shard", "h100", 32, "0-1")]),
-    ("gpu:h100:8(S:0-1),shard:16", [cluster.Gres("gpu", "h100", 8, "0-1"), cluster.Gres("shard", None, 16)]),
+     [slurm_parse.Gres("gpu", "h100", 8, "0-1"), slurm_parse.Gres("shard", "h100", 32, "0-1")]),
+    ("gpu:h100:8(S:0-1),shard:16", [slurm_parse.Gres("gpu", "h100", 8, "0-1"), slurm_parse.Gres("shard", None, 16)]),
     ("gpu:1g.10gb:14(S:0),gpu:3g.40gb:2(S:1)",
-     [cluster.Gres("gpu", "1g.10gb", 14, "0"), cluster.Gres("gpu", "3g.40gb", 2, "1")]),
-    ("gpu:a100:4(S:0,1)", [cluster.Gres("gpu", "a100", 4, "0,1")]),
+     [slurm_parse.Gres("gpu", "1g.10gb", 14, "0"), slurm_parse.Gres("gpu", "3g.40gb", 2, "1")]),
+    ("gpu:a100:4(S:0,1)", [slurm_parse.Gres("gpu", "a100", 4, "0,1")]),
     ("(null)", []),
     ("", []),
 ])
 def test_gres_forms(text, expected):
-    assert cluster.parse_gres(text) == expected
+    assert slurm_parse.parse_gres(text) == expected
 
 
 def test_gpu_count_leaves_out_shards_and_sums_mig_profiles():
-    assert cluster.gpu_count("gpu:h100:8(S:0-1),shard:h100:32(S:0-1)") == 8
-    assert cluster.gpu_count("gpu:1g.10gb:14(S:0),gpu:3g.40gb:2(S:1)") == 16
-    assert cluster.gpu_count("(null)") == 0
+    assert slurm_parse.gpu_count("gpu:h100:8(S:0-1),shard:h100:32(S:0-1)") == 8
+    assert slurm_parse.gpu_count("gpu:1g.10gb:14(S:0),gpu:3g.40gb:2(S:1)") == 16
+    assert slurm_parse.gpu_count("(null)") == 0
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -59,12 +59,12 @@ def test_gpu_count_leaves_out_shards_and_sums_mig_profiles():
     ("(null)", []),
 ])
 def test_nodelists(text, expected):
-    assert cluster.expand_nodelist(text) == expected
+    assert slurm_parse.expand_nodelist(text) == expected
 
 
 def test_nodelist_sizes_of_the_recorded_partitions():
-    assert len(cluster.expand_nodelist("gpu[001-016],gpu[201-204]")) == 20
-    assert len(cluster.expand_nodelist("gpu[001-016],cpu[0001-0128]")) == 144
+    assert len(slurm_parse.expand_nodelist("gpu[001-016],gpu[201-204]")) == 20
+    assert len(slurm_parse.expand_nodelist("gpu[001-016],cpu[0001-0128]")) == 144
 
 
 @pytest.mark.parametrize("text, minutes", [
@@ -72,44 +72,44 @@ def test_nodelist_sizes_of_the_recorded_partitions():
     ("2-00:00:00", 2880), ("1-12", 2160), ("1-12:30", 2190), ("1-00:00:01", 1441), ("0:45", 1),
 ])
 def test_time_limits(text, minutes):
-    assert cluster.time_limit_minutes(text) == minutes
+    assert slurm_parse.time_limit_minutes(text) == minutes
 
 
 def test_bad_time_limit_raises():
     with pytest.raises(ValueError, match="not a Slurm time limit"):
-        cluster.time_limit_minutes("soon")
+        slurm_parse.time_limit_minutes("soon")
 
 
 def test_nodes_and_partitions_as_production_prints_them():
-    parts = cluster.parse_partitions(PARTITIONS, NODES)
+    parts = slurm_parse.parse_partitions(PARTITIONS, NODES)
     assert parts["gpu"].max_time_min == 2880 and parts["debug"].max_time_min == 30
     assert parts["preempt"].default and parts["preempt"].max_time_min is None
     gpu = {n.name: n for n in parts["gpu"].nodes}
     assert set(gpu) == {"gpu001", "gpu201"}  # only nodes scontrol printed
     assert gpu["gpu001"].gpus == 4 and gpu["gpu001"].cpus == 64 and gpu["gpu001"].mem_mb == 515000
     assert gpu["gpu201"].state == "DRAIN+DRAIN" and gpu["gpu201"].gpus == 4
-    node = cluster.parse_node(NODES.splitlines()[3])
+    node = slurm_parse.parse_node(NODES.splitlines()[3])
     assert node is not None and node.name == "gpu201"
-    assert cluster.parse_fields(NODES.splitlines()[3])["Reason"] == "ECC errors [root@2026-11-20T10:11:12]"
+    assert slurm_parse.parse_fields(NODES.splitlines()[3])["Reason"] == "ECC errors [root@2026-11-20T10:11:12]"
 
 
 def test_array_limits():
-    limits = cluster.array_limits_from(cluster.parse_config(CONFIG))
-    assert limits == cluster.ArrayLimits(1001, 1000) and limits.tasks_per_array == 1000
-    assert cluster.array_limits_from({}).tasks_per_array == 1001
-    assert cluster.array_limits_from({"MaxArraySize": "garbage"}).max_array_size == 1001
+    limits = slurm_parse.array_limits_from(slurm_parse.parse_config(CONFIG))
+    assert limits == slurm_parse.ArrayLimits(1001, 1000) and limits.tasks_per_array == 1000
+    assert slurm_parse.array_limits_from({}).tasks_per_array == 1001
+    assert slurm_parse.array_limits_from({"MaxArraySize": "garbage"}).max_array_size == 1001
 
 
 def test_job_ids():
-    assert cluster.split_job_id("123_4") == ("123", "4")
-    assert cluster.split_job_id("123") == ("123", None)
-    assert cluster.expand_array_ids("14_[1-3,7%2]") == ["14_1", "14_2", "14_3", "14_7"]
-    assert cluster.array_ids(["5_1", "5_2", "6", None]) == ["5", "6"]
+    assert slurm_parse.split_job_id("123_4") == ("123", "4")
+    assert slurm_parse.split_job_id("123") == ("123", None)
+    assert slurm_parse.expand_array_ids("14_[1-3,7%2]") == ["14_1", "14_2", "14_3", "14_7"]
+    assert slurm_parse.array_ids(["5_1", "5_2", "6", None]) == ["5", "6"]
 
 
 def test_poller_rides_out_failures_and_says_so(capsys):
     answers = iter([{"1": ("RUNNING", "None")}, None, None, None, {}])
-    poller = cluster.Poller(lambda: next(answers), "squeue", patience=5)
+    poller = slurm.Poller(lambda: next(answers), "squeue", patience=5)
     assert poller.poll() == {"1": ("RUNNING", "None")}
     assert poller.poll() == {"1": ("RUNNING", "None")} and poller.unknown
     assert poller.poll() == {"1": ("RUNNING", "None")}
@@ -125,15 +125,15 @@ def test_poll_squeue_asks_often_at_first_then_less_often(monkeypatch):
     clock = [0.0]
     pauses = []
     answers = iter([{"1_0": ("RUNNING", "None")}] * 40 + [None] + [{"1_0": ("RUNNING", "None")}] * 9 + [{}])
-    monkeypatch.setattr(cluster, "squeue", lambda ids: next(answers))
-    monkeypatch.setattr(cluster.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(slurm, "squeue", lambda ids: next(answers))
+    monkeypatch.setattr(slurm.time, "monotonic", lambda: clock[0])
 
     def sleep(s: float) -> None:
         pauses.append(s)
         clock[0] += s
 
-    monkeypatch.setattr(cluster.time, "sleep", sleep)
-    queue = cluster.poll_squeue(["1"], 10.0, lambda q: not q)  # done once the queue holds none of them
+    monkeypatch.setattr(slurm.time, "sleep", sleep)
+    queue = slurm.poll_squeue(["1"], 10.0, lambda q: not q)  # done once the queue holds none of them
     assert queue == {} and len(pauses) == 50
     assert pauses[:5] == [0.25, 0.375, 0.5625, 0.84375, 1.0]  # a job that ends at once is seen at once
     slower = next(i for i, p in enumerate(pauses) if p > 1.0)

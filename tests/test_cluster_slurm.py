@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import HELPERS, hpctrain_env, run_hpctrain
-from hpctrain import cluster
+from hpctrain.slurm import parse as slurm_parse, query as slurm
 from slurm_helpers import metrics, run_dirs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -32,10 +32,10 @@ def wrapped(tmp_path, monkeypatch) -> dict:
 def test_typed_gres_is_read_from_the_cluster(wrapped):
     shown = subprocess.run(["scontrol", "show", "node", "-o"], capture_output=True, text=True).stdout
     assert "Gres=gpu:tesla:2(S:0)" in shown
-    parts = cluster.partitions()
+    parts = slurm.partitions()
     assert parts is not None and parts["debug"].default
     assert [n.gpus for n in parts["debug"].nodes] == [2, 2]
-    assert parts["debug"].nodes[0].gres == [cluster.Gres("gpu", "tesla", 2, "0")]
+    assert parts["debug"].nodes[0].gres == [slurm_parse.Gres("gpu", "tesla", 2, "0")]
 
 
 @pytest.mark.parametrize("gpus, refused", [(2, False), (3, True)])
@@ -54,11 +54,11 @@ def test_node_lists_expand_as_scontrol_does(wrapped):
     for nodelist in ("n[1-2]", "n1,n2", "n[1,2]", "n2"):
         real = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True)
         assert real.returncode == 0
-        assert cluster.expand_nodelist(nodelist) == real.stdout.split()
+        assert slurm_parse.expand_nodelist(nodelist) == real.stdout.split()
 
 
 def test_array_limits_of_the_cluster():
-    limits = cluster.array_limits()
+    limits = slurm.array_limits()
     shown = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
     expected = int(next(line.split("=")[1] for line in shown.splitlines() if line.startswith("MaxArraySize")))
     assert limits.max_array_size == expected and limits.tasks_per_array <= expected
@@ -66,10 +66,10 @@ def test_array_limits_of_the_cluster():
 
 def test_failed_squeue_calls_are_unknown_never_gone(wrapped, capsys):
     """FLAKY_PATTERN=offfo: one answer, three failures in a row, one answer."""
-    poller = cluster.Poller(lambda: cluster.squeue(["1"]), "squeue")
+    poller = slurm.Poller(lambda: slurm.squeue(["1"]), "squeue")
     answers = [poller.poll() for _ in range(5)]
     assert answers[0] == {} and all(a == {} for a in answers[1:4])  # the last good answer stands
-    assert [cluster.squeue(["1"]) for _ in range(5)] == [{}, None, None, None, {}]
+    assert [slurm.squeue(["1"]) for _ in range(5)] == [{}, None, None, None, {}]
     assert "squeue failed 2 times in a row" in capsys.readouterr().err
 
 

@@ -68,8 +68,8 @@ def test_torchrun_two_processes(tmp_path):
 
 def _train_alone(index: int, overrides: list, run_dir: str) -> None:
     """One plain process, no process group (a child: the Trainer's logging stays out of pytest's process)."""
-    from hpctrain.distributed import DistInfo
-    from hpctrain.trainer import Trainer
+    from hpctrain.train.distributed import DistInfo
+    from hpctrain.train.trainer import Trainer
 
     Trainer(compose(overrides), run_dir, DistInfo()).fit()
 
@@ -98,8 +98,8 @@ SLURM_RANK = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "1234", "SLURM_ARRAY
 def test_slurm_ranks_rendezvous_on_a_port_of_their_task_below_the_ephemeral_range():
     """Every rank of an array task exports the same MASTER_PORT (from the task's id), below Linux's
     ephemeral ports; tasks of one array get ports of their own; a user's MASTER_PORT is kept."""
-    from hpctrain import distributed
-    from hpctrain.ports import MASTER_PORTS, job_master_port
+    from hpctrain.train import distributed
+    from hpctrain.core.ports import MASTER_PORTS, job_master_port
 
     saved = dict(os.environ)  # submitit's export writes os.environ itself: all of it is put back after
     try:

@@ -33,10 +33,10 @@ CASES = [
     (["model=gpt"], "model.vocab_size: Interpolation key 'data.vocab_size' not found"),
     # components: _target_ checked without importing it
     (["model._target_=nosuch_pkg.Net"], "model._target_='nosuch_pkg.Net': module 'nosuch_pkg' not found"),
-    (["model._target_=hpctrain.models.mlp.Nope"], "module 'hpctrain.models.mlp' has no 'Nope'"),
+    (["model._target_=hpctrain.train.models.mlp.Nope"], "module 'hpctrain.train.models.mlp' has no 'Nope'"),
     (["optim._target_=torch.optim.Adamm"], "optim._target_='torch.optim.Adamm': module 'torch.optim' has no 'Adamm'"),
     # data
-    (["data._target_=hpctrain.data.synthetic.nope"], "module 'hpctrain.data.synthetic' has no 'nope'"),
+    (["data._target_=hpctrain.train.datasets.synthetic.nope"], "module 'hpctrain.train.datasets.synthetic' has no 'nope'"),
     (["data.train_size=16", "batch_size=64"], "batch_size=64: larger than data.train_size=16"),
     (["data.num_classes=0"], "data.num_classes=0: expected an integer >= 2"),
     (["data=images", "data.num_features=10"], "data.num_features=10: expected channels x image_size x image_size = 256"),

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from hpctrain.models.gpt import GPT
+from hpctrain.train.models.gpt import GPT
 
 
 def _model(pad: int) -> GPT:

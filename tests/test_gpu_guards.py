@@ -1,5 +1,5 @@
 """The GPU path's wrong states, reached without a GPU: torch's CUDA queries are replaced at the
-``hpctrain.distributed`` seam (``cuda_available``/``device_count``), nothing else is stubbed."""
+``hpctrain.train.distributed`` seam (``cuda_available``/``device_count``), nothing else is stubbed."""
 
 import json
 import time
@@ -9,8 +9,8 @@ import torch
 
 from conftest import run_hpctrain
 
-from hpctrain import distributed
-from hpctrain.distributed import device_index, gpus_given, pick_device
+from hpctrain.train import distributed
+from hpctrain.train.distributed import device_index, gpus_given, pick_device
 
 
 @pytest.fixture

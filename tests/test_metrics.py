@@ -5,10 +5,10 @@ import time
 import pytest
 import torch
 
-from hpctrain.distributed import allow_tf32
-from hpctrain.metrics import Throughput
-from hpctrain.models.gpt import GPT
-from hpctrain.peaks import peak_flops_for
+from hpctrain.train.distributed import allow_tf32
+from hpctrain.train.loggers import Throughput
+from hpctrain.train.models.gpt import GPT
+from hpctrain.train.peaks import peak_flops_for
 
 
 @pytest.mark.parametrize("name,bf16,fp32", [

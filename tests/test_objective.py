@@ -29,7 +29,7 @@ def test_accuracy_over_two_ranks_equals_one_process(tmp_path):
     record = json.loads((run_dir / "metrics.json").read_text())
     assert record["status"] == "completed" and record["world_size"] == 2
 
-    from hpctrain.build import build_data, build_model
+    from hpctrain.train.build import build_data, build_model
 
     cfg = compose(overrides)
     model = build_model(cfg.model)

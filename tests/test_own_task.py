@@ -68,9 +68,9 @@ def test_dict_batches_and_model_loss(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["loss=model", "model._target_=user_models.IgnoresTargets"],
-     "loss._target_=hpctrain.losses.from_model: the model returned a tensor of shape (32, 8) with no loss; "
+     "loss._target_=hpctrain.train.losses.from_model: the model returned a tensor of shape (32, 8) with no loss; "
      "expected a scalar tensor, (logits, loss), .loss or ['loss']"),
-    (["loss=model"], "loss._target_=hpctrain.losses.from_model: MLP.forward takes no targets; expected "
+    (["loss=model"], "loss._target_=hpctrain.train.losses.from_model: MLP.forward takes no targets; expected "
                      "forward(inputs, targets)"),
     (["+metrics.broken._target_=user_models.broken_metric"],
      "metrics.broken (broken_metric) raised KeyError: 'no such column'; expected a callable (outputs, targets) -> tensor"),
@@ -108,7 +108,7 @@ def test_loss_targets_are_referenced_or_built():
     import torch
     from torch.nn import functional as F
 
-    from hpctrain.build import build_loss
+    from hpctrain.train.build import build_loss
     from trainer_helpers import compose
 
     assert build_loss(compose(["loss._target_=torch.nn.functional.smooth_l1_loss"]).loss) is F.smooth_l1_loss

@@ -1,4 +1,4 @@
-"""The launcher's plan (hydra_plugins/hpctrain_launcher/plan.py): its shortcuts give what Hydra and OmegaConf give.
+"""The launcher's plan (hpctrain/launch/plan.py): its shortcuts give what Hydra and OmegaConf give.
 
 The plan shares one resolved plain copy between a sweep's points and names run dirs without OmegaConf's
 resolver; each point's shortcut result is compared here with a full resolve of that point's own config, and
@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import hpctrain_env
-from hpctrain.config import DIRNAME_TEMPLATE, register_configs
+from hpctrain.schema import DIRNAME_TEMPLATE, register_configs
 
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 
@@ -106,7 +106,7 @@ def test_a_value_a_failed_point_left_behind_is_applied_again():
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from hydra_plugins.hpctrain_launcher.plan import _Base, _point_config
+    from hpctrain.launch.plan import _Base, _point_config
 
     @dataclass
     class Cfg:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain import record, runfiles
-from hpctrain.record import State
+from hpctrain.core import events as record
+from hpctrain.core import paths as runfiles
+from hpctrain.core.events import State
 
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 

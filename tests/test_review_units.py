@@ -1,7 +1,7 @@
 """The review commands' decisions on small sweep dirs written by hand: states, ranking, discovery, formats.
 
 The real sweeps (local and Slurm) are in test_review_local.py and test_review_slurm.py; here each case
-of "what is really there" is set up exactly: run records written with hpctrain.record's own
+of "what is really there" is set up exactly: run records written with hpctrain.core.events's own
 transitions, and a stand-in squeue/sacct on PATH.
 """
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain import cluster, record
+from hpctrain.slurm import query as slurm
+from hpctrain.core import events as record
 from hpctrain.review import fmt, jobs, plots
 from hpctrain.review.ranking import default_metric, default_mode, rank, reproduce_command
 from hpctrain.review.runs import RunRecord, collect
@@ -171,7 +172,7 @@ def test_cancelled_record_result_pickle_and_sacct(tmp_path, fake_squeue):
 def test_a_failed_squeue_is_unknown_never_gone(tmp_path, fake_squeue, message):
     fake_squeue(fail=message)
     sweep = make_sweep(tmp_path / "s", {0: {"metrics": RUNNING, "record": [SUBMITTED, started("100_0")]}, 1: {}})
-    assert cluster.squeue(["100_0"]) is None
+    assert slurm.squeue(["100_0"]) is None
     snap = collect(load_sweep(sweep))
     assert [r.state for r in snap.runs] == ["running", "queued"]
     assert snap.warnings and "squeue" in snap.warnings[0]
@@ -179,12 +180,12 @@ def test_a_failed_squeue_is_unknown_never_gone(tmp_path, fake_squeue, message):
 
 def test_invalid_job_id_is_an_empty_queue(fake_squeue):
     fake_squeue(fail="slurm_load_jobs error: Invalid job id specified")
-    assert cluster.squeue(["5_1"]) == {}
+    assert slurm.squeue(["5_1"]) == {}
 
 
 def test_squeue_expands_array_ranges(fake_squeue):
     fake_squeue(["14_0|RUNNING|None", "14_[1-3,7%2]|PENDING|JobArrayTaskLimit", "15|PENDING|Priority"])
-    got = cluster.squeue(["14_0", "15"])
+    got = slurm.squeue(["14_0", "15"])
     assert got["14_0"] == ("RUNNING", "None") and got["15"] == ("PENDING", "Priority")
     assert {k for k, v in got.items() if v[1] == "JobArrayTaskLimit"} == {"14_1", "14_2", "14_3", "14_7"}
 
@@ -205,7 +206,7 @@ def test_local_sweep_in_flight_without_manifest(tmp_path, monkeypatch):
     (run / ".hydra" / "overrides.yaml").write_text("- lr=2\n- seed=0\n")
     (run / "metrics.json").write_text(json.dumps(RUNNING))
     (sweep / "multirun.yaml").write_text(
-        "hydra:\n  launcher:\n    _target_: hydra_plugins.hpctrain_launcher.local.LocalLauncher\n"
+        "hydra:\n  launcher:\n    _target_: hpctrain.launch.backends.local.LocalLauncher\n"
         "    submitit_folder: ${hydra.sweep.dir}/.submitit\n"
         "  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper\n    params: null\n"
         "  overrides:\n    task:\n    - lr=1,2\n    - seed=0,1\nmax_steps: 10\n")
@@ -309,7 +310,7 @@ def test_the_declared_objective_ranks_by_default():
 def test_status_watch_keeps_the_last_queue_answer_through_failed_calls(tmp_path, fake_squeue):
     sweep = make_sweep(tmp_path / "s", {0: {"metrics": RUNNING, "record": [SUBMITTED, started("100_0")]}, 1: {}})
     loaded = load_sweep(sweep)
-    poller = cluster.Poller(lambda: cluster.squeue([r.job_id for r in loaded.runs]), "squeue")
+    poller = slurm.Poller(lambda: slurm.squeue([r.job_id for r in loaded.runs]), "squeue")
     fake_squeue(["100_0|RUNNING|None", "100_1|PENDING|Priority"])
     assert [r.state for r in collect(loaded, poller).runs] == ["running", "queued"]
     fake_squeue(fail="slurm_load_jobs error: Socket timed out on send/recv operation")

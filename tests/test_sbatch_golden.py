@@ -113,7 +113,7 @@ def test_dry_run_script_makes_sense_and_slurm_accepts_it(dry_run):
     # teardown: the batch shell records how the step ended (run file, array index, exit code), in the image
     teardown = script.split("# teardown\n", 1)[1]
     ended = shlex.split(teardown.splitlines()[1])
-    assert ended[ended.index("-m") + 1:] == ["hydra_plugins.hpctrain_launcher.ended",
+    assert ended[ended.index("-m") + 1:] == ["hpctrain.job.attempt_ended",
                                              str(tmp_path / "sweep" / ".hpctrain" / "submission-0.runs.json"),
                                              "${SLURM_ARRAY_TASK_ID:-0}", "$hpctrain_rc", "1", "||", "true"]
 

@@ -12,8 +12,9 @@ import uuid
 import pytest
 
 from conftest import hpctrain_env, run_hpctrain
-from hpctrain import cluster
-from hydra_plugins.hpctrain_launcher import arrays, pack
+from hpctrain.slurm import parse as slurm_parse, query as slurm
+from hpctrain.job import pack
+from hpctrain.launch import arrays
 from slurm_helpers import metrics, queued, record_kinds, run_dirs, wait_for
 
 
@@ -26,10 +27,10 @@ def test_arrays_split_by_the_limit_each_from_zero_with_its_offset():
 
 
 def test_array_limits_take_the_tighter_of_max_array_size_and_max_array_tasks():
-    limits = cluster.array_limits_from({"MaxArraySize": "1001", "SchedulerParameters": "bf_interval=1,max_array_tasks=300"})
+    limits = slurm_parse.array_limits_from({"MaxArraySize": "1001", "SchedulerParameters": "bf_interval=1,max_array_tasks=300"})
     assert limits.tasks_per_array == 300
-    assert cluster.array_limits_from({"MaxJobCount": "10000"}).max_job_count == 10000
-    assert cluster.array_limits_from({}).tasks_per_array == 1001  # unreadable: Slurm's default
+    assert slurm_parse.array_limits_from({"MaxJobCount": "10000"}).max_job_count == 10000
+    assert slurm_parse.array_limits_from({}).tasks_per_array == 1001  # unreadable: Slurm's default
 
 
 def test_slots_spread_runs_over_gpus_and_share_out_cpus():
@@ -45,10 +46,10 @@ def test_slots_spread_runs_over_gpus_and_share_out_cpus():
 def test_max_submit_from_association_and_qos_the_tighter_wins():
     assoc = "acct_a|alice|50|normal,long|normal\nacct_b|alice||normal|\n"
     qos = "normal|20\nlong|\n"
-    assert cluster.parse_max_submit(assoc, qos, None, None, "alice") == (20, "QOS normal (MaxSubmitJobsPerUser)")
-    assert cluster.parse_max_submit(assoc, "normal|\n", "acct_a", None, "alice")[0] == 50
-    assert cluster.parse_max_submit(assoc, "normal|\n", "acct_b", None, "alice") is None
-    assert cluster.parse_max_submit("", "", None, None, "alice") is None
+    assert slurm_parse.parse_max_submit(assoc, qos, None, None, "alice") == (20, "QOS normal (MaxSubmitJobsPerUser)")
+    assert slurm_parse.parse_max_submit(assoc, "normal|\n", "acct_a", None, "alice")[0] == 50
+    assert slurm_parse.parse_max_submit(assoc, "normal|\n", "acct_b", None, "alice") is None
+    assert slurm_parse.parse_max_submit("", "", None, None, "alice") is None
 
 
 # ---------------------------------------------------------------- the real cluster
@@ -60,7 +61,7 @@ def _squeue_tasks(ids):
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
 def test_sweep_past_max_array_size_is_several_arrays_one_sweep(tmp_path):
-    limits = cluster.array_limits()
+    limits = slurm.array_limits()
     n = limits.tasks_per_array + 199  # 1,200 on Slurm's default 1001
     sweep = tmp_path / "sweep"
     proc = run_hpctrain(["-m", f"seed=range({n})", "max_steps=5", "hydra/launcher=slurm",
@@ -214,8 +215,8 @@ def test_local_launcher_packs_runs_into_tasks(tmp_path):
 
 def test_a_retry_attempt_that_dies_before_its_run_starts_ends_failed(tmp_path):
     """Seen in the 1,000-run benchmark: tasks that died before starting their runs left them 'retrying'."""
-    from hpctrain import record
-    from hydra_plugins.hpctrain_launcher.ended import attempt_ended
+    from hpctrain.core import events as record
+    from hpctrain.job.attempt_ended import attempt_ended
 
     run = tmp_path / "run"
     record.submitted(run)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import hpctrain_env, run_hpctrain
-from hpctrain import record
+from hpctrain.core import events as record
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 from trainer_helpers import compose, state_close
 
@@ -80,8 +80,8 @@ def test_time_limits_end_a_run_as_timeout_or_requeue_it_to_completion(tmp_path):
         for job in jobs:
             cancel(job)
     # B's run without interruption (no sleep: the delay changes no number), in this process
-    from hpctrain.distributed import DistInfo
-    from hpctrain.trainer import Trainer
+    from hpctrain.train.distributed import DistInfo
+    from hpctrain.train.trainer import Trainer
 
     reference = Trainer(compose(SLOW + ["+model.delay_s=0"]), tmp_path / "reference", DistInfo())
     reference.fit()

@@ -1,4 +1,4 @@
-"""The code snapshot taken at submit time, and the record of what ran (hpctrain/snapshot.py, provenance.py).
+"""The code snapshot taken at submit time, and the record of what ran (hpctrain/launch/snapshot.py, provenance.py).
 
 A user's project is a temporary git repository used as the launch directory, holding a model module
 whose behaviour (the VERSION it writes down when built) is changed after submitting: the runs must
@@ -250,7 +250,7 @@ def test_held_script_app_composes_the_yaml_of_submit_time(slurm_cluster, tmp_pat
 
 
 def test_settings_accept_false_or_the_keys_and_name_what_is_wrong():
-    from hpctrain.snapshot import Settings, read_settings
+    from hpctrain.launch.snapshot import Settings, read_settings
 
     assert read_settings(False) == (None, [])
     assert read_settings({"enabled": False, "paths": [], "max_mb": 50}) == (None, [])
@@ -261,7 +261,7 @@ def test_settings_accept_false_or_the_keys_and_name_what_is_wrong():
 
 
 def test_left_out_virtual_environments_outputs_and_bytecode():
-    from hpctrain.snapshot import _keep
+    from hpctrain.launch.snapshot import _keep
 
     names = ["a.py", "pkg/__pycache__/a.cpython-311.pyc", "pkg/b.pyc", ".venv/pyvenv.cfg", ".venv/lib/x.py",
              "conda/conda-meta/history", "conda/lib/y.py", "multirun/d/t/multirun.yaml", "multirun/d/t/0/m.json",

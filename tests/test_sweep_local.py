@@ -112,7 +112,7 @@ def test_sweep_over_a_config_group(tmp_path):
                   "hydra/launcher=local", "hydra.launcher.max_parallel=2", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     mlp, cnn = sweep / "0_model=mlp", sweep / "1_model=cnn"
     configs = [OmegaConf.load(d / ".hydra" / "config.yaml") for d in (mlp, cnn)]
-    assert [c.model._target_ for c in configs] == ["hpctrain.models.mlp.MLP", "hpctrain.models.cnn.CNN"]
+    assert [c.model._target_ for c in configs] == ["hpctrain.train.models.mlp.MLP", "hpctrain.train.models.cnn.CNN"]
     weights = [torch.load(d / "checkpoints" / "last.pt", weights_only=True)["model"] for d in (mlp, cnn)]
     assert tuple(weights[0]["net.0.weight"].shape) == (256, 1 * 8 * 8) and "features.0.weight" not in weights[0]
     assert tuple(weights[1]["features.0.weight"].shape) == (32, 1, 3, 3) and "net.0.weight" not in weights[1]

@@ -12,8 +12,8 @@ import torch
 from conftest import hpctrain_env, run_hpctrain, tb_scalars
 from trainer_helpers import compose, state_close
 
-from hpctrain.distributed import DistInfo
-from hpctrain.trainer import Trainer, micro_batch_size
+from hpctrain.train.distributed import DistInfo
+from hpctrain.train.trainer import Trainer, micro_batch_size
 
 
 def _train(tmp_path, name, overrides):

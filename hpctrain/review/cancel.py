@@ -17,11 +17,14 @@ from typing import Dict, List, Optional
 
 from rich.markup import escape
 
-from hpctrain import cluster, record, runfiles
+from hpctrain.core import events as record
+from hpctrain.core import paths as runfiles
 from hpctrain.review import fmt, jobs
 from hpctrain.review.runs import ACTIVE, RunRecord, Snapshot, collect, packed_job_ids
 from hpctrain.review.status import counts_line
 from hpctrain.review.sweep import load_sweep
+from hpctrain.slurm import parse as slurm_parse
+from hpctrain.slurm import query as slurm
 
 WAIT_S = 20.0
 
@@ -29,16 +32,16 @@ WAIT_S = 20.0
 def _slurm(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, int]:
     """scancel, then wait until the jobs have left the queue; ``{job_id: idx}`` of those cancelled."""
     if whole:  # one id per array cancels every task of it still queued or running
-        ids = cluster.array_ids(r.job_id for r in targets)
+        ids = slurm_parse.array_ids(r.job_id for r in targets)
     else:
         ids = [r.job_id for r in targets if r.job_id]
-    rc, err = cluster.scancel(ids)
+    rc, err = slurm.scancel(ids)
     if rc != 0 and err:
         print(f"hpctrain cancel: scancel {' '.join(ids)}: {err}", file=sys.stderr)
     left = {r.job_id: r.idx for r in targets if r.job_id}
     deadline = time.time() + WAIT_S
     while True:
-        queued = cluster.squeue(list(left))
+        queued = slurm.squeue(list(left))
         if queued is None:  # the queue cannot be asked: trust scancel's word
             still = set() if rc == 0 else set(left)
             break

@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-
-
 # Slurm writes these into the job's stderr; submitit logs the last one when it gives up.
 _MARKERS = [
     ("timeout", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT|timed-out too many times")),

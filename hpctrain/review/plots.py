@@ -10,8 +10,7 @@ import re
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from hpctrain import runfiles
-
+from hpctrain.core import paths as runfiles
 
 Curve = List[Tuple[int, float]]  # (step, value)
 

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from hpctrain import runfiles
+from hpctrain.core import paths as runfiles
 from hpctrain.review import fmt
 from hpctrain.review.runs import RunRecord
-
 
 _HIGHER_IS_BETTER = re.compile(r"acc|f1|auc|score|mfu|per_s|throughput|reward|bleu|precision|recall", re.I)
 

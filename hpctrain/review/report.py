@@ -8,15 +8,27 @@ from typing import Any, Dict, List, Optional
 
 from rich.markup import escape
 
-from hpctrain import provenance, runfiles
+from hpctrain.core import paths as runfiles
+from hpctrain.launch import provenance
 from hpctrain.review import fmt, plots
+from hpctrain.review import search as search_review
 from hpctrain.review.plots import Curve, read_scalars
-from hpctrain.review.ranking import (Ranking, available_metrics, default_metric, default_mode, markdown, objective,
-                                     rank, reproduce_command, result_rows, write_csv, write_json)
+from hpctrain.review.ranking import (
+    Ranking,
+    available_metrics,
+    default_metric,
+    default_mode,
+    markdown,
+    objective,
+    rank,
+    reproduce_command,
+    result_rows,
+    write_csv,
+    write_json,
+)
 from hpctrain.review.runs import FAILURES, collect
 from hpctrain.review.status import counts_line
 from hpctrain.review.sweep import load_sweep
-from hpctrain.search import review as search_review
 
 CURVE_TAGS = ("train/loss", "val/loss")
 MAX_ERRORS = 10  # failed runs whose error is printed on the terminal (report.md has them all)

@@ -1,6 +1,6 @@
 """One row per run of a sweep: its state from the run record, checked against the queue.
 
-The run record (:mod:`hpctrain.record`) says what the run itself wrote: queued, running, requeued,
+The run record (:mod:`hpctrain.core.events`) says what the run itself wrote: queued, running, requeued,
 retrying, or how it ended. What the record cannot know, the queue tells: a run whose record is still
 active but whose job has left the queue died without a word (killed, out of memory, a node lost), was
 cancelled outside hpctrain, or hit its time limit; Slurm's logs, the job's result and ``sacct`` say
@@ -13,11 +13,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
-from hpctrain import cluster, record, runfiles
-from hpctrain.record import State
+from hpctrain.core import events as record
+from hpctrain.core import paths as runfiles
+from hpctrain.core.events import State
 from hpctrain.review import jobs
-from hpctrain.search import review as search_review
+from hpctrain.review import search as search_review
 from hpctrain.review.sweep import RunSpec, Sweep
+from hpctrain.slurm import parse as slurm_parse
+from hpctrain.slurm import query as slurm
 
 STATES = tuple(s.value for s in State)
 ACTIVE = tuple(s.value for s in record.ACTIVE)
@@ -80,7 +83,7 @@ class Snapshot:
 class _Judge:
     """Checks each run's record against the queue; asks slow sources (logs, sacct) only for runs it must."""
 
-    def __init__(self, sweep: Sweep, queue: Optional[cluster.QueueState]) -> None:
+    def __init__(self, sweep: Sweep, queue: Optional[slurm_parse.QueueState]) -> None:
         self.sweep = sweep
         self.warnings: List[str] = []
         self.queue = queue
@@ -91,7 +94,7 @@ class _Judge:
 
     def sacct(self, job_id: str) -> Optional[str]:
         if self._sacct is None:
-            self._sacct = cluster.sacct([r.job_id for r in self.sweep.runs if r.job_id]) or {}
+            self._sacct = slurm.sacct([r.job_id for r in self.sweep.runs if r.job_id]) or {}
         return self._sacct.get(job_id)
 
     def launcher_alive(self) -> bool:
@@ -113,9 +116,9 @@ class _Judge:
         if self.sweep.launcher == "slurm":
             if self.queue is None:
                 return state or State.QUEUED.value, "queue unknown: as the run's record says"
-            if job_id and cluster.in_queue(self.queue, job_id):
-                q_state, reason = self.queue.get(job_id) or self.queue.get(cluster.split_job_id(job_id)[0], ("", ""))
-                if q_state in cluster.PENDING_STATES:
+            if job_id and slurm_parse.in_queue(self.queue, job_id):
+                q_state, reason = self.queue.get(job_id) or self.queue.get(slurm_parse.split_job_id(job_id)[0], ("", ""))
+                if q_state in slurm_parse.PENDING_STATES:
                     return (state if state in (State.REQUEUED.value, State.RETRYING.value) else State.QUEUED.value), reason
                 return (state if state == State.REQUEUED.value else State.RUNNING.value), ""
         elif job_id and jobs.pid_alive(job_id):
@@ -141,12 +144,12 @@ class _Judge:
             if marker:
                 return marker, "from the job's log"
             acct = self.sacct(job_id)
-            if acct in cluster.SACCT_FINAL:
-                if cluster.SACCT_FINAL[acct] == State.COMPLETED.value:
+            if acct in slurm_parse.SACCT_FINAL:
+                if slurm_parse.SACCT_FINAL[acct] == State.COMPLETED.value:
                     # the job script ended well (its last line is `|| true`), but the run never recorded
                     # its completion: it ended without a result
                     return State.FAILED.value, f"sacct: {acct}, but the run never recorded its completion: see its log"
-                return cluster.SACCT_FINAL[acct], f"sacct: {acct}"
+                return slurm_parse.SACCT_FINAL[acct], f"sacct: {acct}"
             outcome = jobs.result_outcome(folder, job_id)
             if outcome:
                 return (State.COMPLETED.value if outcome == "success" else State.FAILED.value), "from submitit's result"
@@ -159,12 +162,12 @@ class _Judge:
         return State.FAILED.value, "ended without a result (killed, out of memory or node failure?): see its log"
 
 
-def collect(sweep: Sweep, poller: "Optional[cluster.Poller[cluster.QueueState]]" = None) -> Snapshot:
+def collect(sweep: Sweep, poller: "Optional[slurm.Poller[slurm_parse.QueueState]]" = None) -> Snapshot:
     """Every run's row, in run order. The queue is asked first (once for the whole sweep); with a
     ``poller`` (``status --watch``), a failed call keeps the last answer for a few calls in a row."""
     queue = None
     if sweep.launcher == "slurm":
-        queue = poller.poll() if poller is not None else cluster.squeue([r.job_id for r in sweep.runs])
+        queue = poller.poll() if poller is not None else slurm.squeue([r.job_id for r in sweep.runs])
     judge = _Judge(sweep, queue)
     if poller is not None and poller.unknown and queue is not None:
         judge.warnings.append(f"squeue failed {poller.failures} time(s) in a row: its last answer is shown")

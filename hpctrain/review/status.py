@@ -10,10 +10,10 @@ from typing import Any, List
 
 from rich.markup import escape
 
-from hpctrain import cluster
 from hpctrain.review import fmt
 from hpctrain.review.runs import FAILURES, STATES, Snapshot, collect
 from hpctrain.review.sweep import load_sweep
+from hpctrain.slurm import query as slurm
 
 MAX_NOTES = 20  # lines about failed or cancelled runs under the table
 
@@ -73,7 +73,7 @@ def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json:
     while True:
         sweep = load_sweep(sweep_dir)
         if watch and poller is None:  # rides out a busy slurmctld: a failed call is unknown, not gone
-            poller = cluster.Poller(lambda: cluster.squeue([r.job_id for r in sweep.runs]), "squeue")
+            poller = slurm.Poller(lambda: slurm.squeue([r.job_id for r in sweep.runs]), "squeue")
         snap = collect(sweep, poller)
         if as_json:
             print(json.dumps({"sweep_dir": str(sweep_dir), "counts": snap.counts(), "warnings": snap.warnings,

@@ -12,9 +12,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from hpctrain import record, runfiles
-from hpctrain.search import review as search_review
-
+from hpctrain.core import events as record
+from hpctrain.core import paths as runfiles
+from hpctrain.review import search as search_review
 
 MULTIRUN_YAML = "multirun.yaml"
 
@@ -154,8 +154,9 @@ def expected_runs(hydra_cfg: Dict[str, Any]) -> Optional[List[List[str]]]:
     task = list((hydra_cfg.get("overrides") or {}).get("task") or [])
     params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
     try:
-        from hpctrain.compat import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        from hpctrain._compat.hydra import BasicSweeper
 
         parsed = OverridesParser.create().parse_overrides(params + task)
         batches = BasicSweeper.split_arguments(parsed, None)

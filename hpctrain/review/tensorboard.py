@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Dict, Optional
 
-from hpctrain import runfiles
+from hpctrain.core import paths as runfiles
 from hpctrain.review import fmt
 from hpctrain.review.sweep import Sweep, load_sweep
 

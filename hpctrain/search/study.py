@@ -28,7 +28,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 from optuna.trial import FrozenTrial, TrialState
 
-from hpctrain import runfiles
+from hpctrain.core import paths as runfiles
 from hpctrain.search.space import Space, grid_size
 
 STUDY_NAME = "search"
@@ -169,12 +169,13 @@ def owner_gone(lease: Dict[str, Any]) -> Optional[bool]:
     False (still queued or running), None (cannot tell: go by the heartbeat)."""
     job_id = lease.get("slurm_job_id")
     if job_id:
-        from hpctrain import cluster
+        from hpctrain.slurm import parse as slurm_parse
+        from hpctrain.slurm import query as slurm
 
-        queue = cluster.squeue([job_id])
+        queue = slurm.squeue([job_id])
         if queue is None:
             return None  # the query failed: unknown, never gone
-        return not cluster.in_queue(queue, job_id)
+        return not slurm_parse.in_queue(queue, job_id)
     if lease.get("host") == socket.gethostname() and lease.get("pid"):
         try:
             os.kill(int(lease["pid"]), 0)

@@ -24,8 +24,9 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobStatus, run_job, setup_globals
 from omegaconf import OmegaConf, open_dict
 
-from hpctrain import record, runfiles
-from hpctrain.ports import MASTER_PORTS
+from hpctrain.core import events as record
+from hpctrain.core import paths as runfiles
+from hpctrain.core.ports import MASTER_PORTS
 from hpctrain.search import study as studies
 from hpctrain.search.bridge import TrialBridge, activate
 from hpctrain.search.space import trial_dirname

@@ -1,15 +1,18 @@
-"""Launcher configs (ConfigStore group ``hydra/launcher``).
+"""The launcher and sweeper settings (ConfigStore groups ``hydra/launcher`` and ``hydra/sweeper``).
 
+Stored as plain dicts: OmegaConf's structured conversion of these dataclasses costs every Hydra app
+about 11 ms at its plugin scan; the shells in ``plugins.py`` check types against the dataclasses in
+``setup()``, only for the launcher or sweeper a config selects.
 No ``from __future__ import annotations`` here: Hydra's plugin scan breaks dataclasses under it.
 Resource names carry their units, as submitit names them (timeout_min, mem_gb, signal_delay_s).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 
-_PKG = "hydra_plugins.hpctrain_launcher"
+_PKG = "hydra_plugins.hpctrain_launcher.plugins"
 
 
 @dataclass
@@ -38,15 +41,15 @@ class BaseLauncherConf:
     runs_per_task: int = 1  # k single-rank sweep points side by side in each task (pack.py)
     gpu_memory_fraction: Optional[float] = None  # packed runs: each run's cap on its GPU's memory, (0, 1]
     container: ContainerConf = field(default_factory=ContainerConf)
-    # the code every task runs, copied once per submission into the sweep dir (hpctrain/snapshot.py):
+    # the code every task runs, copied once per submission into the sweep dir (hpctrain/launch/snapshot.py):
     # false turns it off; `paths` adds files or directories; `max_mb` caps its size. Typed Any so that
-    # both `snapshot=false` and `snapshot.paths=[...]` work; hpctrain.snapshot.read_settings checks it.
+    # both `snapshot=false` and `snapshot.paths=[...]` work; hpctrain.launch.snapshot.read_settings checks it.
     snapshot: Any = field(default_factory=lambda: {"enabled": True, "paths": [], "max_mb": 50})
 
 
 @dataclass
 class LocalLauncherConf(BaseLauncherConf):
-    _target_: str = f"{_PKG}.local.LocalLauncher"
+    _target_: str = f"{_PKG}.LocalLauncher"
     timeout_min: int = 24 * 60
     signal_delay_s: int = 30
     max_parallel: Optional[int] = None  # default: one run per visible GPU, or one on a CPU-only machine
@@ -54,7 +57,7 @@ class LocalLauncherConf(BaseLauncherConf):
 
 @dataclass
 class SlurmLauncherConf(BaseLauncherConf):
-    _target_: str = f"{_PKG}.slurm.SlurmLauncher"
+    _target_: str = f"{_PKG}.SlurmLauncher"
     wait: bool = False  # block until every run ends and return their results
     partition: Optional[str] = None
     account: Optional[str] = None
@@ -72,11 +75,30 @@ class SlurmLauncherConf(BaseLauncherConf):
 
 @dataclass
 class SweeperConf:
-    _target_: str = f"{_PKG}.sweeper.HpctrainSweeper"
+    _target_: str = f"{_PKG}.HpctrainSweeper"
     max_batch_size: Optional[int] = None
     params: Optional[Dict[str, str]] = None  # a sweep kept in a file: conf/sweep/*.yaml
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="hpctrain", node=SweeperConf, provider="hpctrain")
-ConfigStore.instance().store(group="hydra/launcher", name="local", node=LocalLauncherConf, provider="hpctrain")
-ConfigStore.instance().store(group="hydra/launcher", name="slurm", node=SlurmLauncherConf, provider="hpctrain")
+@dataclass
+class SearchSweeperConf:
+    _target_: str = f"{_PKG}.SearchSweeper"
+    n_trials: int = 20  # trials in the study in total (a rerun continues up to this)
+    n_workers: int = 4  # worker tasks of the job array; on the local launcher: max_parallel
+    sampler: str = "tpe"  # tpe | random | grid | cmaes | gp
+    pruner: str = "median"  # median | asha | none: stop bad trials at an eval step
+    seed: Optional[int] = None  # the samplers' seed (each worker gets seed + its index)
+    grace_s: int = 120  # a running trial whose worker is unknown and silent this long is taken over
+    heartbeat_s: float = 10.0
+    params: Optional[Dict[str, str]] = None  # the space kept in a file (+sweep=NAME): key -> interval(...)
+
+
+
+def _store(group: str, name: str, node: type) -> None:
+    ConfigStore.instance().store(group=group, name=name, node=asdict(node()), provider="hpctrain")
+
+
+_store("hydra/sweeper", "hpctrain", SweeperConf)
+_store("hydra/sweeper", "search", SearchSweeperConf)
+_store("hydra/launcher", "local", LocalLauncherConf)
+_store("hydra/launcher", "slurm", SlurmLauncherConf)

@@ -32,7 +32,7 @@ def metrics(run_dir: Path) -> dict:
 
 def record_kinds(run_dir: Path) -> List[str]:
     """The run record's transitions, in order (``["submitted", "started", ...]``)."""
-    from hpctrain import record
+    from hpctrain.core import events as record
 
     return [e.kind for e in record.events(run_dir)]
 

@@ -9,7 +9,7 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_module
 from omegaconf import DictConfig
 
-from hpctrain.config import register_configs
+from hpctrain.schema import register_configs
 
 
 def compose(overrides: List[str]) -> DictConfig:
@@ -48,8 +48,8 @@ def _rank_main(rank: int, world: int, port: int, overrides: List[str], run_dir: 
                out: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
-    from hpctrain.distributed import init_distributed, teardown
-    from hpctrain.trainer import Trainer
+    from hpctrain.train.distributed import init_distributed, teardown
+    from hpctrain.train.trainer import Trainer
 
     trainer = Trainer(compose(overrides), run_dir, init_distributed("cpu"))
     try:

@@ -1,6 +1,6 @@
 """After an attempt's tasks all ended: the one place that records a silent death and decides a retry.
 
-The Slurm job script runs this right after ``srun`` (``python -m hydra_plugins.hpctrain_launcher.ended
+The Slurm job script runs this right after ``srun`` (``python -m hpctrain.job.attempt_ended
 RUNS INDEX RC MAX_RETRIES [LOG]``; INDEX counts from the start of the submission across its arrays, and a
 packed task's entry in RUNS lists its runs); the local launcher calls :func:`attempt_ended` when a job's process
 ends. A run whose record still says running when its tasks are gone died without a word (killed, out
@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from hpctrain import cluster, record
+from hpctrain.core import events as record
+from hpctrain.slurm import query as slurm
 
 
 def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "") -> Optional[int]:
@@ -48,7 +49,7 @@ def main(argv: list) -> int:
     if any(r is not None for r in retries):
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
         job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job_id else os.environ.get("SLURM_JOB_ID", "")
-        ans = cluster.requeue(job_id)
+        ans = slurm.requeue(job_id)
         if ans.stdout is None:  # the retry cannot happen: the runs end failed, saying why
             for run_dir, retry in zip(run_dirs, retries):
                 if retry is not None:

@@ -13,10 +13,9 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 from hydra.core.utils import JobReturn
 
-from hpctrain import compat
-
-from .ended import attempt_ended
-from .launcher import BaseLauncher, LaunchError, Run
+from hpctrain._compat.submitit import local_job_exit_code
+from hpctrain.job.attempt_ended import attempt_ended
+from hpctrain.launch.launcher import BaseLauncher, LaunchError, Run
 
 
 def visible_gpus(env: Optional[Mapping[str, str]] = None) -> List[int]:
@@ -129,7 +128,7 @@ class LocalLauncher(BaseLauncher):
     def _ended(self, task: List[Run], job: Any) -> bool:
         """Record a silent death and decide a retry (any rank's crash counts, any run of a pack: each
         decides for itself); True to submit the task again (its ended runs are not run again)."""
-        code = compat.local_job_exit_code(job)
+        code = local_job_exit_code(job)
         print(f"  ended   {', '.join(f'#{run.idx}' for run in task)} (exit code {code})", flush=True)
         retries = [attempt_ended(run.run_dir, code if code is not None else -1, int(self.params.max_retries),
                                  str(job.paths.stderr)) for run in task]

@@ -15,10 +15,12 @@ from typing import Any, Dict, List
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from hpctrain import cluster, compat, record
-
-from . import arrays
-from .launcher import BaseLauncher, LaunchError, Run
+from hpctrain._compat.submitit import convert_mem, make_sbatch_string
+from hpctrain.core import events as record
+from hpctrain.launch import arrays
+from hpctrain.launch.launcher import BaseLauncher, LaunchError, Run
+from hpctrain.slurm import parse as slurm_parse
+from hpctrain.slurm import query as slurm
 
 # hpctrain/submitit generic name -> submitit SlurmExecutor (sbatch) parameter
 SBATCH_NAMES = {
@@ -69,7 +71,7 @@ class SlurmLauncher(BaseLauncher):
         out = {SBATCH_NAMES.get(k, k): v for k, v in values.items() if v is not None and v != {} and v != []}
         out["setup"] = values["setup"]
         if "mem" in out:
-            out["mem"] = compat.convert_mem(float(out["mem"]))
+            out["mem"] = convert_mem(float(out["mem"]))
         out["additional_parameters"] = dict(out.get("additional_parameters") or {})
         out["srun_args"] = list(out.get("srun_args") or [])
         if not any(a.startswith(("--kill-on-bad-exit", "-K")) for a in out["srun_args"]):
@@ -90,7 +92,7 @@ class SlurmLauncher(BaseLauncher):
         index = f"$(( ${{SLURM_ARRAY_TASK_ID:-0}} + {offset} ))" if offset else "${SLURM_ARRAY_TASK_ID:-0}"
         return [
             "hpctrain_rc=$?",  # srun's exit status: must be the first line after the srun line
-            f"{python} -m hydra_plugins.hpctrain_launcher.ended {shlex.quote(str(runs_file))} "
+            f"{python} -m hpctrain.job.attempt_ended {shlex.quote(str(runs_file))} "
             f'"{index}" "$hpctrain_rc" {int(self.params.max_retries)} || true',
         ]
 
@@ -105,9 +107,9 @@ class SlurmLauncher(BaseLauncher):
             extra["dependency"] = f"{extra['dependency']},{mine}" if extra.get("dependency") else mine
         return params
 
-    def limits(self) -> cluster.ArrayLimits:
+    def limits(self) -> slurm_parse.ArrayLimits:
         if getattr(self, "_limits", None) is None:
-            self._limits = cluster.array_limits()  # one scontrol call per launch
+            self._limits = slurm.array_limits()  # one scontrol call per launch
         return self._limits
 
     def chunks(self, n_tasks: int) -> List[arrays.Chunk]:
@@ -126,7 +128,7 @@ class SlurmLauncher(BaseLauncher):
             executor.update_parameters(**self.array_parameters(python, chunk, after))
             part = executor.map_array(job, *[a[chunk.offset:chunk.offset + chunk.size] for a in args])
             jobs += part
-            after = cluster.split_job_id(str(part[0].job_id))[0]
+            after = slurm_parse.split_job_id(str(part[0].job_id))[0]
         return jobs
 
     def check_queue(self, n_tasks: int) -> List[str]:
@@ -136,11 +138,11 @@ class SlurmLauncher(BaseLauncher):
         if most is not None and n_tasks > most:
             return [f"the sweep needs {n_tasks} jobs in the queue (array tasks) and the cluster holds at most {most} "
                     f"(MaxJobCount): pack runs (hydra.launcher.runs_per_task) or split the sweep"]
-        cap = cluster.max_submit_jobs(self.params.account, self.params.qos)
+        cap = slurm.max_submit_jobs(self.params.account, self.params.qos)
         if cap is None:
             return []
         limit, where = cap
-        queued = cluster.jobs_in_queue_of_user()
+        queued = slurm.jobs_in_queue_of_user()
         if queued is None:
             queued = 0
         if n_tasks + queued > limit:
@@ -160,12 +162,12 @@ class SlurmLauncher(BaseLauncher):
             if chunk.size > 1:
                 params["map_count"] = chunk.size
             head = f"# array {i + 1} of {len(chunks)}: tasks {chunk.offset}..{chunk.offset + chunk.size - 1}\n"
-            texts.append((head if len(chunks) > 1 else "") + compat.make_sbatch_string(command=command, folder=folder,
+            texts.append((head if len(chunks) > 1 else "") + make_sbatch_string(command=command, folder=folder,
                                                                               **params))
         return "\n".join(texts)
 
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
-        ids = cluster.array_ids(str(j.job_id) for j in jobs)
+        ids = slurm_parse.array_ids(str(j.job_id) for j in jobs)
         n_tasks = len({str(j.job_id) for j in jobs})
         packed = f", {n_tasks} tasks of {self.runs_per_task()} runs" if self.runs_per_task() > 1 else ""
         if len(ids) > 1:
@@ -184,8 +186,8 @@ class SlurmLauncher(BaseLauncher):
         ids = [str(j.job_id) for j in jobs]
         last = [""]
 
-        def progress(queue: cluster.QueueState) -> None:
-            left = sum(cluster.in_queue(queue, i) for i in ids)
+        def progress(queue: slurm_parse.QueueState) -> None:
+            left = sum(slurm_parse.in_queue(queue, i) for i in ids)
             done = sum(record.is_completed(r.run_dir) for r in runs)
             line = f"  {done}/{len(runs)} completed, {left} queued or running"
             if line != last[0]:
@@ -193,7 +195,7 @@ class SlurmLauncher(BaseLauncher):
                 last[0] = line
 
         # a failed squeue call is "unknown", never "gone": the wait goes on until the queue answers empty
-        cluster.poll_squeue(ids, 10.0, lambda q: not any(cluster.in_queue(q, i) for i in ids), progress)
+        slurm.poll_squeue(ids, 10.0, lambda q: not any(slurm_parse.in_queue(q, i) for i in ids), progress)
         returns = []
         for run, job in zip(runs, jobs):
             if job.paths.result_pickle.exists():
@@ -223,7 +225,7 @@ class SlurmLauncher(BaseLauncher):
     def _check_against_cluster(self) -> List[str]:
         """Requests no node of the partition can meet, asked of the cluster itself (sinfo/scontrol)."""
         p = self.params
-        partitions = cluster.partitions()
+        partitions = slurm.partitions()
         if partitions is None:
             return []  # no Slurm tools here, or scontrol did not answer: nothing to compare against
         name = p.partition or next((n for n, v in partitions.items() if v.default), None)

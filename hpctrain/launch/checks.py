@@ -13,7 +13,7 @@ from typing import Any, List, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hpctrain.config import OBJECTIVE_MODES, PRECISIONS
+from hpctrain.schema import OBJECTIVE_MODES, PRECISIONS
 
 
 def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[str, Any]] = None) -> List[str]:

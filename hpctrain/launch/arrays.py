@@ -2,7 +2,7 @@
 
 Slurm's ``MaxArraySize`` caps the array INDEX (the largest is ``MaxArraySize - 1``) and
 ``SchedulerParameters=max_array_tasks`` the tasks of one array; both are read by
-:func:`hpctrain.cluster.array_limits` (Slurm's default 1001 when unreadable). Each array is indexed
+:func:`hpctrain.slurm.query.array_limits` (Slurm's default 1001 when unreadable). Each array is indexed
 from 0; its ``offset`` says where its tasks start in the sweep's task list.
 """
 

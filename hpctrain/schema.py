@@ -7,11 +7,10 @@ in ``conf/`` pick these schemas through their defaults lists and hold the values
 This module must stay light: it is imported on login nodes (no torch here).
 """
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
-
 import hashlib
 import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, OmegaConf
@@ -23,7 +22,7 @@ OBJECTIVE_MODES = ("min", "max")
 # ---------------------------------------------------------------- model
 @dataclass
 class MLPConfig:
-    _target_: str = "hpctrain.models.mlp.MLP"
+    _target_: str = "hpctrain.train.models.mlp.MLP"
     in_features: int = II("data.num_features")
     num_classes: int = II("data.num_classes")
     hidden: int = 256
@@ -32,7 +31,7 @@ class MLPConfig:
 
 @dataclass
 class CNNConfig:
-    _target_: str = "hpctrain.models.cnn.CNN"
+    _target_: str = "hpctrain.train.models.cnn.CNN"
     in_channels: int = II("data.channels")
     num_classes: int = II("data.num_classes")
     width: int = 32
@@ -40,7 +39,7 @@ class CNNConfig:
 
 @dataclass
 class GPTConfig:
-    _target_: str = "hpctrain.models.gpt.GPT"
+    _target_: str = "hpctrain.train.models.gpt.GPT"
     vocab_size: int = II("data.vocab_size")
     block_size: int = II("data.seq_len")
     n_layer: int = 4
@@ -54,7 +53,7 @@ class GPTConfig:
 class ClassificationDataConfig:
     """Points drawn around class centres in ``num_features`` dimensions (a learnable signal)."""
 
-    _target_: str = "hpctrain.data.synthetic.gaussian_classes"
+    _target_: str = "hpctrain.train.datasets.synthetic.gaussian_classes"
     num_features: int = 32
     num_classes: int = 8
     train_size: int = 16384
@@ -67,7 +66,7 @@ class ClassificationDataConfig:
 class ImageDataConfig:
     """Small images whose class is where a bright square sits, plus noise."""
 
-    _target_: str = "hpctrain.data.synthetic.square_images"
+    _target_: str = "hpctrain.train.datasets.synthetic.square_images"
     image_size: int = 16
     channels: int = 1
     num_classes: int = 4
@@ -83,7 +82,7 @@ class ImageDataConfig:
 class TokenDataConfig:
     """Token sequences from a sparse random Markov chain: a language model can learn it."""
 
-    _target_: str = "hpctrain.data.synthetic.markov_tokens"
+    _target_: str = "hpctrain.train.datasets.synthetic.markov_tokens"
     vocab_size: int = 64
     seq_len: int = 64
     train_size: int = 4096

@@ -1,7 +1,7 @@
 """Several single-rank runs side by side in one task (``hydra.launcher.runs_per_task=k``).
 
 The task (one Slurm array task, or one local job) runs :class:`PackJob`: it forks one child process
-per sweep point of its pack, each running the same :class:`~hydra_plugins.hpctrain_launcher.job.SweepJob`
+per sweep point of its pack, each running the same :class:`~hpctrain.job.wrapper.SweepJob`
 a one-run task would, so each packed run keeps its own run dir, metrics, run record, retries and
 preemption handling; its output goes to ``<run_dir>/.hpctrain/task.log``. Forked, not started afresh:
 the heavy imports the task function names in its ``preload`` attribute (hpctrain's app: the trainer,
@@ -35,8 +35,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hpctrain import runfiles
-from hpctrain.preemption import requeue_with
+from hpctrain._compat.submitit import preemption_signal
+from hpctrain.core import paths as runfiles
+from hpctrain.job.preemption import requeue_with
 
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
 MEMORY_FRACTION_ENV = "HPCTRAIN_GPU_MEMORY_FRACTION"
@@ -88,7 +89,7 @@ class PackJob:
         self.app = app  # the task function's fingerprint, as SweepJob records it on completion
 
     def __call__(self, points: List[Point]) -> Dict[int, str]:
-        from hpctrain import compat, record
+        from hpctrain.core import events as record
 
         todo = []
         for point in points:
@@ -99,7 +100,7 @@ class PackJob:
                 todo.append(point)
         placed = slots(len(todo), task_gpus(), task_cpus())
         self._preload()
-        signum = compat.preemption_signal()
+        signum = preemption_signal()
         submitit_handler = signal.getsignal(signum)
         preempted = []
         children: List[Tuple[Point, int]] = []
@@ -208,10 +209,10 @@ def _ranges(cpus: List[int]) -> str:
 
 def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
     """One packed run, in its own process: SweepJob as a one-run task would call it."""
-    from hpctrain import compat, record
+    from hpctrain.core import events as record
 
     idx, overrides, run_dir = json.loads(point_json)
-    signum = compat.preemption_signal()
+    signum = preemption_signal()
 
     def requeue(sig: int, frame: Any) -> None:
         """The trainer hands the signal here after its checkpoint (or it came before training began)."""
@@ -226,7 +227,7 @@ def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
 
         if torch.cuda.is_available():
             torch.cuda.set_per_process_memory_fraction(float(fraction))
-    from .job import SweepJob
+    from hpctrain.job.wrapper import SweepJob
 
     if "torch" in sys.modules:  # the threads torch may use: this run's share of the task's CPUs
         n = os.environ.get("OMP_NUM_THREADS")

@@ -23,7 +23,7 @@ class PreemptionGuard:
     def install(self) -> "PreemptionGuard":
         if not os.environ.get("SUBMITIT_EXECUTOR"):
             return self  # not a submitit job: nobody will requeue us
-        from hpctrain.compat import preemption_signal
+        from hpctrain._compat.submitit import preemption_signal
 
         self._signum = preemption_signal()
         previous = signal.getsignal(self._signum)

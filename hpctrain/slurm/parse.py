@@ -1,13 +1,5 @@
-"""Every Slurm query in one place (squeue, sacct, scontrol, scancel), read as production clusters print them.
+"""Slurm's output read as production clusters print it: pure functions, no subprocess.
 
-Below both the launcher and the review commands; no torch, no hpctrain.review import.
-
-The rule for every query: a call that fails (tool missing, non-zero exit, timeout, controller busy)
-answers ``None``, meaning *unknown*. It never answers an empty result, which would read as "every job
-has left the queue". Callers that poll (``wait=true``, ``status --watch``) use :class:`Poller`, which
-keeps the last good answer through a few failed calls in a row and says so when it lasts.
-
-Parsers (pure functions, tested on recorded lines from real clusters):
 
 - :func:`parse_gres` ``"gpu:a100:4(S:0-1),shard:h100:32(S:0-1)"`` -> ``[Gres("gpu", "a100", 4, "0-1"), ...]``;
   :func:`gpu_count` sums the ``gpu`` entries (``shard``/``mps`` are not GPUs).
@@ -17,53 +9,23 @@ Parsers (pure functions, tested on recorded lines from real clusters):
 - :func:`expand_array_ids` / :func:`split_job_id` squeue's ``"14_[1-3,7%2]"`` and ``"14_3"`` forms.
 """
 
+
 import re
-import shutil
-import subprocess
-import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Generic, Iterable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Dict, Iterable, List, Optional, Tuple
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
+
+
 PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "CONFIGURING"})
-# sacct's final states -> the run record's (hpctrain.record.State values)
+
+
+# sacct's final states -> the run record's (hpctrain.core.events.State values)
 SACCT_FINAL = {"COMPLETED": "completed", "FAILED": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed",
                "BOOT_FAIL": "failed", "DEADLINE": "timeout", "TIMEOUT": "timeout", "CANCELLED": "cancelled",
                "PREEMPTED": "cancelled", "REVOKED": "cancelled"}
-TIMEOUT_S = 30
 
 
-# ---------------------------------------------------------------- running a query
-@dataclass
-class Answer:
-    """One call's outcome: ``stdout`` when it worked, else ``None`` and the reason in ``error``."""
-
-    stdout: Optional[str]
-    error: str = ""
-    returncode: int = 0
-
-
-def run(argv: Sequence[str], timeout_s: float = TIMEOUT_S) -> Answer:
-    """Run a Slurm command; any failure is an Answer with ``stdout=None`` and a one-line error."""
-    if shutil.which(argv[0]) is None:
-        return Answer(None, f"{argv[0]}: not found on PATH (not a Slurm login node?)", 127)
-    try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Answer(None, f"{argv[0]}: {exc}", 1)
-    if proc.returncode != 0:
-        err = " ".join(proc.stderr.split()) or f"exit code {proc.returncode}"
-        return Answer(None, err, proc.returncode)
-    return Answer(proc.stdout)
-
-
-def have_slurm() -> bool:
-    return shutil.which("squeue") is not None
-
-
-# ---------------------------------------------------------------- job ids
 def split_job_id(job_id: str) -> Tuple[str, Optional[str]]:
     """``"123_4"`` -> ``("123", "4")``; ``"123"`` -> ``("123", None)``."""
     base, sep, task = str(job_id).partition("_")
@@ -87,124 +49,13 @@ def expand_array_ids(job_id: str) -> List[str]:
     return out
 
 
-# ---------------------------------------------------------------- queue and accounting
 QueueState = Dict[str, Tuple[str, str]]  # job id (array tasks one by one) -> (STATE, reason)
-
-
-def squeue(job_ids: Iterable[Optional[str]]) -> Optional[QueueState]:
-    """``{"123_4": ("PENDING", "Priority"), "125": ("RUNNING", "None")}`` for jobs still in the queue;
-    ``None`` when the queue could not be asked.
-
-    ``-r`` prints one line per array task. Slurm answers "Invalid job id" when a single id is no
-    longer known (purged after ``MinJobAge``): that alone is an empty queue, not an error.
-    """
-    ids = array_ids(job_ids)
-    if not ids:
-        return {} if have_slurm() else None
-    ans = run(["squeue", "-h", "-r", "-j", ",".join(ids), "-o", "%i|%T|%r"])
-    if ans.stdout is None:
-        return {} if "Invalid job id" in ans.error else None
-    out: QueueState = {}
-    for line in ans.stdout.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 3:
-            for job_id in expand_array_ids(parts[0]):
-                out[job_id] = (parts[1], parts[2])
-    return out
 
 
 def in_queue(queue: QueueState, job_id: str) -> bool:
     return job_id in queue or split_job_id(job_id)[0] in queue
 
 
-def sacct(job_ids: Iterable[Optional[str]]) -> Optional[Dict[str, str]]:
-    """Final states from accounting (``{"123_4": "COMPLETED"}``); ``None`` where accounting is off or failed."""
-    ids = array_ids(job_ids)
-    if not ids:
-        return {}
-    ans = run(["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State"])
-    if ans.stdout is None:
-        return None
-    out: Dict[str, str] = {}
-    for line in ans.stdout.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 2 and parts[1].strip():
-            for job_id in expand_array_ids(parts[0]):
-                out[job_id] = parts[1].split()[0]  # "CANCELLED by 0" -> CANCELLED
-    return out
-
-
-def scancel(job_ids: List[str]) -> Tuple[int, str]:
-    """Cancel jobs or array tasks (``123``, ``123_4``); scancel's exit code and its error line."""
-    if not job_ids:
-        return 0, ""
-    ans = run(["scancel", *job_ids], timeout_s=60)
-    return ans.returncode, ans.error
-
-
-def requeue(job_id: str) -> Answer:
-    """``scontrol requeue JOB``: the job goes back to the queue (its tasks are ended first)."""
-    return run(["scontrol", "requeue", job_id], timeout_s=60)
-
-
-T = TypeVar("T")
-
-
-class Poller(Generic[T]):
-    """A query asked again and again (``wait=true``, ``status --watch``) that rides out failed calls.
-
-    :meth:`poll` returns the last good answer while up to ``patience`` calls in a row fail (``None``
-    before the first good one) and prints one line to stderr when calls keep failing.
-    """
-
-    def __init__(self, query: Callable[[], Optional[T]], what: str, patience: int = 5) -> None:
-        self.query, self.what, self.patience = query, what, patience
-        self.last: Optional[T] = None
-        self.failures = 0  # failed calls in a row
-
-    def poll(self) -> Optional[T]:
-        answer = self.query()
-        if answer is not None:
-            if self.failures >= 2:
-                print(f"hpctrain: {self.what} answers again after {self.failures} failed calls", file=sys.stderr)
-            self.failures, self.last = 0, answer
-            return answer
-        self.failures += 1
-        if self.failures == 2 or self.failures % 10 == 0:
-            print(f"hpctrain: {self.what} failed {self.failures} times in a row: the last known answer stands",
-                  file=sys.stderr)
-        return self.last if self.failures <= self.patience else None
-
-    @property
-    def unknown(self) -> bool:
-        """Whether the last calls failed (the answer given is old or missing)."""
-        return self.failures > 0
-
-
-def poll_squeue(job_ids: List[str], max_interval_s: float, is_done: Callable[[QueueState], bool],
-                on_change: Callable[[QueueState], None] = lambda q: None, first_interval_s: float = 0.25,
-                brisk_interval_s: float = 1.0, brisk_s: float = 30.0) -> QueueState:
-    """Ask squeue until ``is_done(queue)``; failed calls never end the wait (they are unknown, not gone).
-
-    The pause starts at ``first_interval_s`` and grows by half each time: up to ``brisk_interval_s`` for
-    the first ``brisk_s`` seconds (jobs that end at once, such as a config that fails at start, are seen
-    to end at once), then up to ``max_interval_s`` (a long wait costs the controller one query per
-    ``max_interval_s``).
-    """
-    poller: Poller[QueueState] = Poller(lambda: squeue(job_ids), "squeue")
-    start, pause = time.monotonic(), first_interval_s
-    while True:
-        queue = poller.poll()
-        if queue is not None and not poller.unknown:
-            on_change(queue)
-            if is_done(queue):
-                return queue
-        time.sleep(pause)
-        brisk = time.monotonic() - start <= brisk_s
-        pause = min(pause * 1.5, brisk_interval_s if brisk else max_interval_s)
-
-
-# ---------------------------------------------------------------- cluster facts
 @dataclass(frozen=True)
 class Gres:
     name: str  # gpu, shard, mps, ...
@@ -347,17 +198,6 @@ def parse_partitions(partition_text: str, node_text: str) -> Dict[str, Partition
     return out
 
 
-def partitions() -> Optional[Dict[str, Partition]]:
-    """Every partition with its time limit and nodes; ``None`` when scontrol cannot be asked."""
-    parts = run(["scontrol", "show", "partition", "-o"])
-    if parts.stdout is None:
-        return None
-    nodes = run(["scontrol", "show", "node", "-o"])
-    if nodes.stdout is None:
-        return None
-    return parse_partitions(parts.stdout, nodes.stdout)
-
-
 def parse_config(text: str) -> Dict[str, str]:
     """``scontrol show config`` -> ``{"MaxArraySize": "1001", ...}``."""
     out = {}
@@ -387,24 +227,11 @@ def array_limits_from(config: Dict[str, str]) -> ArrayLimits:
     return ArrayLimits(size, int(m.group(1)) if m else None, _int(config.get("MaxJobCount")) or None)
 
 
-def array_limits() -> ArrayLimits:
-    """The cluster's array limits; Slurm's default (1001, no task cap) when ``scontrol show config`` fails."""
-    ans = run(["scontrol", "show", "config"])
-    return array_limits_from(parse_config(ans.stdout) if ans.stdout is not None else {})
-
-
 def _int(value: Optional[str], default: int = 0) -> int:
     try:
         return int(str(value).strip())
     except (TypeError, ValueError):
         return default
-
-
-# ---------------------------------------------------------------- queue caps (accounting)
-def _user() -> str:
-    import getpass
-
-    return getpass.getuser()
 
 
 def parse_max_submit(assoc_text: str, qos_text: str, account: Optional[str], qos: Optional[str],
@@ -431,24 +258,3 @@ def parse_max_submit(assoc_text: str, qos_text: str, account: Optional[str], qos
         if len(parts) >= 2 and chosen_qos and parts[0] == chosen_qos and parts[1].strip().isdigit():
             caps.append((int(parts[1]), f"QOS {chosen_qos} (MaxSubmitJobsPerUser)"))
     return min(caps) if caps else None
-
-
-def max_submit_jobs(account: Optional[str] = None, qos: Optional[str] = None) -> Optional[Tuple[int, str]]:
-    """``(cap, who sets it)`` on the user's jobs in the queue; ``None`` when none is set or sacctmgr
-    does not answer (no accounting): then nothing is checked up front and sbatch has the last word."""
-    user = _user()
-    with ThreadPoolExecutor(2) as pool:  # both asked at once: slurmdbd answers each in a few tenths of a second
-        asked = pool.map(lambda argv: run(argv, timeout_s=15), [
-            ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
-             "format=Account,User,MaxSubmit,QOS,DefaultQOS"],
-            ["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxSubmitPU"]])
-        assoc, qos_ans = list(asked)
-    if assoc.stdout is None:
-        return None
-    return parse_max_submit(assoc.stdout, qos_ans.stdout or "", account, qos, user)
-
-
-def jobs_in_queue_of_user() -> Optional[int]:
-    """How many jobs (array tasks one by one) the user has in the queue; None when squeue fails."""
-    ans = run(["squeue", "-h", "-r", "-u", _user(), "-o", "%i"])
-    return None if ans.stdout is None else len(ans.stdout.split())

@@ -6,48 +6,28 @@ hpctrain's launcher (its resources, container and ranks; one Slurm job array), t
 worker pulls trials until the study has ``n_trials`` (:mod:`hpctrain.search.worker`). Running the
 same command again continues the study up to ``n_trials`` in total.
 
-No ``from __future__ import annotations`` here: Hydra's plugin scan breaks dataclasses under it.
-optuna is imported in :meth:`SearchSweeper.sweep` only, never at plugin discovery.
+Its settings are ``SearchSweeperConf`` in the plugin package; optuna is imported in :meth:`SearchSweeper.sweep` only.
 """
 
 import importlib.util
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hpctrain import runfiles
+from hpctrain.core import paths as runfiles
+from hpctrain.launch.launcher import BaseLauncher, LaunchError, implementation_of
+from hpctrain.launch.plan import Run, plan_runs
 from hpctrain.search.space import Space, check, parse
-
-from .launcher import BaseLauncher, LaunchError
-from .plan import Run, plan_runs
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")  # as hpctrain.search.study.SAMPLERS (no optuna import here)
 PRUNERS = ("median", "asha", "none")
 SAMPLER_NEEDS = {"cmaes": ("cmaes",), "gp": ("scipy", "torch")}
-
-
-@dataclass
-class SearchSweeperConf:
-    _target_: str = "hydra_plugins.hpctrain_launcher.search.SearchSweeper"
-    n_trials: int = 20  # trials in the study in total (a rerun continues up to this)
-    n_workers: int = 4  # worker tasks of the job array; on the local launcher: max_parallel
-    sampler: str = "tpe"  # tpe | random | grid | cmaes | gp
-    pruner: str = "median"  # median | asha | none: stop bad trials at an eval step
-    seed: Optional[int] = None  # the samplers' seed (each worker gets seed + its index)
-    grace_s: int = 120  # a running trial whose worker is unknown and silent this long is taken over
-    heartbeat_s: float = 10.0
-    params: Optional[Dict[str, str]] = None  # the space kept in a file (+sweep=NAME): key -> interval(...)
-
-
-ConfigStore.instance().store(group="hydra/sweeper", name="search", node=SearchSweeperConf, provider="hpctrain")
 
 
 class SearchSweeper(Sweeper):
@@ -66,8 +46,8 @@ class SearchSweeper(Sweeper):
     # ------------------------------------------------------------------ the login node's part
     def sweep(self, arguments: List[str]) -> Any:
         assert self.config is not None and self.hydra_context is not None
-        launcher = self.launcher
-        if not isinstance(launcher, BaseLauncher):
+        launcher = implementation_of(self.launcher)
+        if launcher is None:
             raise LaunchError("nothing submitted: hydra/sweeper=search needs one of hpctrain's launchers "
                               "(hydra/launcher=local or hydra/launcher=slurm)")
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
@@ -118,10 +98,9 @@ class SearchSweeper(Sweeper):
         return self._submit(launcher, runs, settings, python, sweep_dir)
 
     def _submit(self, launcher: BaseLauncher, runs: List[Run], settings: Any, python: str, sweep_dir: Path) -> Any:
+        from hpctrain.job.wrapper import save_payload
         from hpctrain.search import study as studies
         from hpctrain.search.worker import SearchWorker
-
-        from .job import save_payload
 
         problems = launcher.plan_snapshot(sweep_dir)  # workers run the code as it was at submit time
         if problems:
@@ -152,14 +131,15 @@ class SearchSweeper(Sweeper):
         if launcher.kind == "slurm":
             print(f"hpctrain: submitted {len(runs)} search worker(s) as Slurm job {ids[0].split('_')[0]}"
                   f"{' (one array)' if len(runs) > 1 else ''}")
-            from .slurm import print_next_commands
+            from hpctrain.launch.backends.slurm import print_next_commands
 
             print_next_commands(sweep_dir)
             if not launcher.params.wait:
                 return None
-            from hpctrain import cluster
+            from hpctrain.slurm import parse as slurm_parse
+            from hpctrain.slurm import query as slurm
 
-            cluster.poll_squeue(ids, 10.0, lambda q: not any(cluster.in_queue(q, i) for i in ids))
+            slurm.poll_squeue(ids, 10.0, lambda q: not any(slurm_parse.in_queue(q, i) for i in ids))
         return self._final(sweep_dir, settings)
 
     @staticmethod
@@ -218,8 +198,9 @@ class SearchSweeper(Sweeper):
         first = {p.name: (p.choices[0] if p.choices else (int(p.low) if p.kind == "int" else p.low))
                  for p in space.params}
         runs, errors = plan_runs(self.hydra_context, self.config, [space.overrides(first)], 0)  # one composition
-        if not errors:
-            problems = [p.replace("run 0 ", "a trial ", 1) for p in self.launcher.check(runs, sweep_dir)]
+        launcher = implementation_of(self.launcher)
+        if not errors and launcher is not None:
+            problems = [p.replace("run 0 ", "a trial ", 1) for p in launcher.check(runs, sweep_dir)]
             return runs[0], problems
         # only on bad input: compose the fixed overrides alone to name the unknown keys
         base, fixed_errors = plan_runs(self.hydra_context, self.config, [list(space.fixed)], 0)

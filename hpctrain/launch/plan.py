@@ -19,7 +19,7 @@ interpolation grammar were nearly all of the time):
 - the run dir name is filled in from ``hydra.sweep.subdir`` by plain substitution when that template
   only uses ``${hydra.job.*}`` values (Hydra's default) or is hpctrain's own name template, else resolved
   by OmegaConf, with OmegaConf's interpolation grammar parsed once per distinct string while the plan is
-  made (:func:`hpctrain.compat.interpolation_parser_memoized`: ANTLR parsing was 2 ms per interpolation).
+  made (:func:`hpctrain.interpolation_parser_memoized`: ANTLR parsing was 2 ms per interpolation).
 """
 
 import copy
@@ -33,9 +33,10 @@ from hydra.core.override_parser.types import OverrideType
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hpctrain import compat
-from hpctrain.compat import apply_overrides, get_overrides_dirname
-from hpctrain.config import DIRNAME_TEMPLATE, dirname as hpctrain_dirname
+from hpctrain._compat.hydra import apply_overrides, get_overrides_dirname
+from hpctrain._compat.omegaconf import interpolation_parser_memoized
+from hpctrain.schema import DIRNAME_TEMPLATE
+from hpctrain.schema import dirname as hpctrain_dirname
 
 # A point's problems, checked while its config is at hand: (its config, its resolved plain copy when the
 # plan has one at hand cheaply, else None).
@@ -126,7 +127,7 @@ def plan_runs(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Seq
 
     ``inspect`` is called on every point's config (validation): its lines are that point's problems.
     """
-    with compat.interpolation_parser_memoized():
+    with interpolation_parser_memoized():
         return _plan(ctx, config, job_overrides, first_idx, inspect)
 
 

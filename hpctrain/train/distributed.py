@@ -18,7 +18,7 @@ from typing import List, Mapping, Optional
 import torch
 import torch.distributed as dist
 
-from hpctrain.ports import job_master_port
+from hpctrain.core.ports import job_master_port
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ error over the collective fallout the other ranks saw (lowest rank first), whate
 
 Retries: a crash of any rank ends its attempt ``failed``. After the attempt's tasks have all ended,
 exactly one process decides (:func:`retry_allowed` then :func:`retrying`): the Slurm batch script after
-``srun`` (``hydra_plugins.hpctrain_launcher.ended``) or the local launcher when the job's process ended.
+``srun`` (``hpctrain.job.attempt_ended``) or the local launcher when the job's process ended.
 The budget is the number of ``retrying`` events since the last ``submitted``.
 
 One reader, :func:`read`, serves the retry budget, the skip of completed runs, ``wait=true``,
@@ -47,7 +47,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-from hpctrain import runfiles
+from hpctrain.core import paths as runfiles
 
 PathLike = Union[str, Path]
 RECORD_DIR = os.path.join(".hpctrain", "record")

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.utils.data import Dataset
 
-from hpctrain.data.synthetic import Splits
+from hpctrain.train.datasets.synthetic import Splits
 
 log = logging.getLogger(__name__)
 

@@ -7,13 +7,12 @@ submitting anything, so with them that pass is skipped; with any other launcher 
 
 from typing import Sequence
 
-from hpctrain.compat import BasicSweeper
-
-from .launcher import BaseLauncher
+from hpctrain._compat.hydra import BasicSweeper
+from hpctrain.launch.launcher import implementation_of
 
 
 class HpctrainSweeper(BasicSweeper):
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        if isinstance(self.launcher, BaseLauncher):
+        if implementation_of(self.launcher) is not None:
             return  # the launcher validates every point (plan.plan_runs and BaseLauncher.check)
         super().validate_batch_is_legal(batch)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from hpctrain.model_outputs import logits_of, loss_of
+from hpctrain.train.outputs import logits_of, loss_of
 
 
 def cross_entropy(outputs: Any, targets: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,8 @@ import os
 import socket
 import time
 import traceback
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
@@ -19,15 +19,17 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from hpctrain import checkpoint, hparams, losses, record, runfiles
-from hpctrain.batches import batch_size_of, to_device, tokens_per_sample
-from hpctrain.build import build_data, build_loss, build_metrics, build_model, build_optimizer
-from hpctrain.eval_metrics import batch_value, weighted_means
-from hpctrain.distributed import DistInfo, allow_tf32
-from hpctrain.metrics import NullLogger, RunLogger, Throughput, peak_flops
-from hpctrain.model_outputs import ModelOutputError, logits_of, loss_of
-from hpctrain.preemption import PreemptionGuard
+from hpctrain.core import events as record
+from hpctrain.core import paths as runfiles
+from hpctrain.job.preemption import PreemptionGuard
 from hpctrain.search import bridge as search_bridge
+from hpctrain.train import checkpoint, hparams, losses
+from hpctrain.train.batches import batch_size_of, to_device, tokens_per_sample
+from hpctrain.train.build import build_data, build_loss, build_metrics, build_model, build_optimizer
+from hpctrain.train.distributed import DistInfo, allow_tf32
+from hpctrain.train.evaluation import batch_value, weighted_means
+from hpctrain.train.loggers import NullLogger, RunLogger, Throughput, peak_flops
+from hpctrain.train.outputs import ModelOutputError, logits_of, loss_of
 
 log = logging.getLogger(__name__)
 

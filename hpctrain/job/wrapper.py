@@ -5,7 +5,7 @@ config) is pickled once per launch into the sweep dir, not once per run. It is a
 checkpointable: on preemption or time limit the same call is requeued, and the app resumes from its
 checkpoint.
 
-Every rank records its own outcome in the run record (:mod:`hpctrain.record`): rank 0 the start and
+Every rank records its own outcome in the run record (:mod:`hpctrain.core.events`): rank 0 the start and
 the completion (the task function's return value becomes the run's metrics), any rank whose task
 raised its error. Retries are decided once per attempt, after all its tasks ended (``ended.py``, or the
 local launcher), so a crash of any rank counts the same.
@@ -22,7 +22,8 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from omegaconf import open_dict
 
-from hpctrain import record, runfiles
+from hpctrain.core import events as record
+from hpctrain.core import paths as runfiles
 
 
 def save_payload(path: Path, hydra_context: Any, task_function: Any, config: Any) -> None:

@@ -10,12 +10,14 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 
-from hpctrain import compat, record, runfiles
-from hpctrain.peaks import peak_flops_for
+from hpctrain._compat import tensorboard as tb_compat
+from hpctrain.core import events as record
+from hpctrain.core import paths as runfiles
+from hpctrain.train.peaks import peak_flops_for
 
 
 def peak_flops(device: torch.device, precision: str = "bf16") -> Optional[float]:
-    """This GPU's dense peak for ``precision`` (hpctrain.peaks); None on CPU or an unknown GPU."""
+    """This GPU's dense peak for ``precision`` (hpctrain.train.peaks); None on CPU or an unknown GPU."""
     if device.type != "cuda":
         return None
     return peak_flops_for(torch.cuda.get_device_name(device), precision)
@@ -57,7 +59,7 @@ class RunLogger(NullLogger):
 
     def finish(self, summaries: List[Any]) -> None:
         """Write the run's HParams summaries (``hparams.summaries``; the metrics are scalars already logged)."""
-        file_writer = compat.file_writer(self.writer)
+        file_writer = tb_compat.file_writer(self.writer)
         for summary in summaries:
             file_writer.add_summary(summary)
         self.writer.flush()

@@ -19,16 +19,24 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hpctrain import cluster, provenance, record, runfiles, snapshot
-from hpctrain.container import check_container, container_command, default_binds
-
-from .plan import Run, exclude_constant_keys, plan_runs
+from hpctrain.core import events as record
+from hpctrain.core import paths as runfiles
+from hpctrain.launch import provenance, snapshot
+from hpctrain.launch.container import check_container, container_command, default_binds
+from hpctrain.launch.plan import Run, exclude_constant_keys, plan_runs
+from hpctrain.slurm import parse as slurm_parse
 
 log = logging.getLogger(__name__)
 
 
 class LaunchError(CompactHydraException):
     """Bad input found on the login node, or failed runs: Hydra prints the message alone, exits 1."""
+
+
+def implementation_of(launcher: Any) -> "Optional[BaseLauncher]":
+    """hpctrain's launcher behind the plugin's shell (``hydra/launcher=local|slurm``), or None for another."""
+    impl = getattr(launcher, "impl", launcher)
+    return impl if isinstance(impl, BaseLauncher) else None
 
 
 class BaseLauncher(Launcher):
@@ -130,8 +138,8 @@ class BaseLauncher(Launcher):
             print(f"all {len(runs)} runs of {sweep_dir} already completed: nothing to submit")
             return [self._placeholder(r, JobStatus.COMPLETED) for r in runs]
 
-        from .job import SweepJob, save_payload
-        from .pack import PackJob
+        from hpctrain.job.pack import PackJob
+        from hpctrain.job.wrapper import SweepJob, save_payload
 
         payload = self.base.with_suffix(".pkl")
         context = self.take_snapshot(sweep_dir, [r.idx for r in todo], python)
@@ -218,7 +226,7 @@ class BaseLauncher(Launcher):
         lines = [f"export {name}={shlex.quote(str(value))}" for name, value in self.params.env.items()]
         return lines + list(self.params.setup) + self.snapshot_lines()
 
-    # ------------------------------------------------------------------ the code snapshot (hpctrain/snapshot.py)
+    # ------------------------------------------------------------------ the code snapshot (hpctrain/launch/snapshot.py)
     def plan_snapshot(self, sweep_dir: Path) -> List[str]:
         """What the snapshot would copy, and its problems; planned once per process (one per sweep)."""
         settings, problems = snapshot.read_settings(self.params.snapshot)
@@ -289,7 +297,7 @@ class BaseLauncher(Launcher):
         manifest = runfiles.read_manifest(sweep_dir)
         assert manifest is not None, "record_submission() writes it first"
         submission = manifest["submissions"][-1]
-        submission["job_ids"] = sorted(set(submission["job_ids"]) | set(cluster.array_ids(job_ids.values())))
+        submission["job_ids"] = sorted(set(submission["job_ids"]) | set(slurm_parse.array_ids(job_ids.values())))
         for idx, job_id in job_ids.items():
             manifest["runs"][str(idx)]["job_id"] = job_id
         runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)

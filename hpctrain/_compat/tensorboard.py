@@ -1,0 +1,12 @@
+"""TensorBoard's private names (torch.utils.tensorboard's FileWriter).
+
+When a release moves one of these, this module is the one to change.
+"""
+
+from typing import Any
+
+
+# TensorBoard (torch.utils.tensorboard)
+def file_writer(summary_writer: Any) -> Any:
+    """The SummaryWriter's underlying FileWriter, to add the HParams summaries it has no public call for."""
+    return summary_writer._get_file_writer()

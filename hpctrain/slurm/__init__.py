@@ -1,0 +1,1 @@
+"""Slurm's commands (query.py: subprocess, unknown-not-gone) and their output (parse.py: pure)."""

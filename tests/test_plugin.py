@@ -1,0 +1,66 @@
+"""The Hydra plugin is a thin shell: an unrelated app pays nothing for it, and no module runs twice."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import hpctrain_env
+
+pytestmark = pytest.mark.login
+
+TRIVIAL_APP = textwrap.dedent('''
+    import sys
+    import hydra
+
+    @hydra.main(version_base="1.3", config_path=None)
+    def main(cfg):
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("hpctrain", "submitit", "torch", "optuna")
+                     or m.startswith("hydra_plugins.hpctrain_launcher")))
+
+    main()
+''')
+
+
+def test_an_unrelated_hydra_app_imports_nothing_of_hpctrain(tmp_path):
+    (tmp_path / "app.py").write_text(TRIVIAL_APP)
+    proc = subprocess.run([sys.executable, "app.py", "hydra.run.dir=out"], cwd=tmp_path, env=hpctrain_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    loaded = eval(proc.stdout.strip().splitlines()[-1])
+    # the scan found the plugin (its two modules) and imported nothing behind it
+    assert loaded == ["hydra_plugins.hpctrain_launcher", "hydra_plugins.hpctrain_launcher.config",
+                      "hydra_plugins.hpctrain_launcher.plugins"], loaded
+
+
+def test_the_classes_hydra_registers_are_the_ones_it_instantiates(tmp_path):
+    code = textwrap.dedent('''
+        import importlib
+        from hydra import compose, initialize
+        from hydra.core.plugins import Plugins
+        from hydra.plugins.launcher import Launcher
+        from hydra.plugins.sweeper import Sweeper
+        with initialize(version_base="1.3", config_path=None):
+            compose(overrides=["hydra/launcher=local"], return_hydra_config=True)
+        found = {c.__qualname__: c for c in Plugins.instance().discover(Launcher) + Plugins.instance().discover(Sweeper)}
+        plugins = importlib.import_module("hydra_plugins.hpctrain_launcher.plugins")
+        config = importlib.import_module("hydra_plugins.hpctrain_launcher.config")
+        for name in ("LocalLauncher", "SlurmLauncher", "HpctrainSweeper", "SearchSweeper"):
+            assert found[name] is getattr(plugins, name), name
+        assert plugins.LocalLauncherConf is config.LocalLauncherConf  # config.py ran once
+        print("ok")
+    ''')
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=hpctrain_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+def test_a_launcher_setting_of_the_wrong_type_is_one_line_naming_the_key(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hpctrain", "-m", "lr=1e-3", "hydra/launcher=local",
+                           "hydra.launcher.timeout_min=abc", f"hydra.sweep.dir={tmp_path / 's'}"],
+                          cwd=tmp_path, env=hpctrain_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    first = proc.stderr.strip().splitlines()[0]
+    assert first.startswith("nothing submitted: hydra.launcher.timeout_min: Value 'abc'"), proc.stderr
+    assert not (tmp_path / "s" / "sweep.json").exists()
