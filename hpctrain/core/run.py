@@ -1,0 +1,34 @@
+"""A run's identity: decided once on the login node, handed down unchanged, in one serialized form.
+
+The launcher plans it, sweep.json stores it, the job receives it and sets Hydra's output dir from it,
+and review reads it back: nothing below the plan recomputes a run's directory or name.
+"""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    idx: int  # the sweep point's number (Hydra's job num)
+    overrides: Tuple[str, ...]  # the point's own overrides, as Hydra gives them
+    run_dir: Path  # absolute
+    max_steps: Optional[int] = None  # the run's step budget where the app has one (progress in status)
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    def to_json(self, sweep_dir: Path) -> Dict[str, Any]:
+        """The one serialized form; ``run_dir`` relative to the sweep dir (a moved sweep dir still reads)."""
+        return {"idx": self.idx, "overrides": list(self.overrides),
+                "run_dir": os.path.relpath(self.run_dir, sweep_dir), "max_steps": self.max_steps}
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any], sweep_dir: Path) -> "RunSpec":
+        steps = data.get("max_steps")
+        return cls(idx=int(data["idx"]), overrides=tuple(str(o) for o in data.get("overrides") or ()),
+                   run_dir=(Path(sweep_dir) / str(data["run_dir"])).absolute(),
+                   max_steps=int(steps) if isinstance(steps, (int, float)) and not isinstance(steps, bool) else None)
