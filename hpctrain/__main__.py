@@ -5,9 +5,54 @@ Login-node path: nothing here imports torch.
 
 import shutil
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 SUBCOMMANDS = ("status", "report", "cancel", "tensorboard")
+HELP = """\
+usage: python -m hpctrain [OVERRIDES]          one training run, in this process
+       python -m hpctrain -m [OVERRIDES]       a sweep: one run per point (Hydra multirun)
+       python -m hpctrain status [SWEEP_DIR]   state and progress of every run (--watch, --json)
+       python -m hpctrain report [SWEEP_DIR]   results table, best config, plots (--metric, --mode)
+       python -m hpctrain cancel [SWEEP_DIR]   cancel what is still queued or running (--run INDEX)
+       python -m hpctrain tensorboard [SWEEP_DIR]   TensorBoard over the sweep, on 127.0.0.1
+SWEEP_DIR defaults to the newest sweep under ./multirun; `python -m hpctrain COMMAND --help` for each.
+
+Keys (override with key=value): lr, batch_size (global), grad_accum, max_steps, seed,
+  precision (32|bf16|fp16), compile, log_every, eval_every, ckpt_every, objective.metric, objective.mode
+{groups}
+Sweeps: python -m hpctrain -m lr=1e-3,1e-4 seed=0,1   (hydra/launcher=local|slurm; default: slurm when
+  sbatch is on PATH). Search: hydra/sweeper=search 'lr=tag(log, interval(1e-4, 1e-1))' hydra.sweeper.n_trials=20
+Your own model or data: model._target_=pkg.module.Net data._target_=pkg.module.make_data
+
+More: --cfg job (the composed config), --hydra-help (Hydra's own flags), --version, README.md.
+"""
+
+
+def _groups() -> str:
+    """The config groups and their options, read from the shipped conf/ directory (no Hydra import)."""
+    import os
+
+    conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
+    lines = ["Config groups (group=option):"]
+    for group in sorted(os.listdir(conf)):
+        folder = os.path.join(conf, group)
+        if os.path.isdir(folder) and not group.startswith(("_", ".")):
+            options = sorted(n[:-5] for n in os.listdir(folder) if n.endswith(".yaml"))
+            extra = " (with -m: +sweep=NAME)" if group == "sweep" else ""
+            lines.append(f"  {group}: {', '.join(options)}{extra}")
+    return "\n".join(lines)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"hpctrain {v('hpctrain')} (hydra-core {v('hydra-core')}, submitit {v('submitit')}, torch {v('torch')})"
 
 
 def pick_launcher(argv: List[str]) -> List[str]:
@@ -22,8 +67,39 @@ def pick_launcher(argv: List[str]) -> List[str]:
     return argv + [f"hydra/launcher={choice}"]
 
 
+class _CompactErrors:
+    """stderr, less Hydra's HYDRA_FULL_ERROR hint under a one-line error that is already the whole story.
+
+    Hydra writes the hint while it handles the exception, so ``sys.exc_info()`` tells which error it follows;
+    the hint stays under tracebacks (a crash in the user's code), where it helps.
+    """
+
+    HINT = "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        from hydra.errors import CompactHydraException
+
+        if text.strip() == self.HINT and isinstance(sys.exc_info()[1], CompactHydraException):
+            return len(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["--help"], ["-h"], ["help"]) and len(argv) == 1:
+        print(HELP.format(groups=_groups()))
+        return
+    if argv == ["--version"]:
+        print(_version())
+        return
+    if argv[:1] == ["help"] and argv[1:2] and argv[1] in SUBCOMMANDS:
+        argv = [argv[1], "--help"]
     if argv and argv[0] in SUBCOMMANDS:
         from hpctrain.review.cli import run_subcommand
 
@@ -31,7 +107,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     sys.argv = [sys.argv[0]] + pick_launcher(argv)
     from hpctrain.app import main as hydra_main
 
-    hydra_main()
+    stderr, sys.stderr = sys.stderr, _CompactErrors(sys.stderr)
+    try:
+        hydra_main()
+    finally:
+        sys.stderr = stderr
 
 
 if __name__ == "__main__":

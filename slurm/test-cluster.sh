@@ -371,10 +371,13 @@ slurmd_registered_since() {
     (($(date -d "$ts" +%s 2>/dev/null || echo 0) >= $2))
 }
 
-# wait_nodes_up [EPOCH]: wait until every node is usable (and, with EPOCH, its
-# slurmd registered since then); resume nodes left drained/down by old state.
+# wait_nodes_up [EPOCH [NODE...]]: wait until every node is usable and each NODE named (the ones whose
+# slurmd was just started) registered since EPOCH; resume nodes left drained/down by old state.
 wait_nodes_up() {
     local since="${1:-0}" deadline=$((SECONDS + START_TIMEOUT_S)) out n st ok
+    local -A fresh=()
+    shift || true
+    for n in "$@"; do fresh[$n]=1; done
     while :; do
         out="$(sinfo -h -N -o '%N %t' 2>/dev/null | sort -u || true)"
         ok=1
@@ -382,7 +385,9 @@ wait_nodes_up() {
             st="$(awk -v n="$n" '$1 == n {print $2; exit}' <<<"$out")"
             case "$st" in
                 idle | mix | alloc | comp)
-                    if ((since > 0)) && ! slurmd_registered_since "$n" "$since"; then ok=0; fi
+                    if ((since > 0)) && [[ -n "${fresh[$n]:-}" ]] && ! slurmd_registered_since "$n" "$since"; then
+                        ok=0
+                    fi
                     ;;
                 drain | drng | drain\* | down | inval | fail | failg)
                     ok=0
@@ -426,15 +431,16 @@ cmd_start() {
     start_mariadb
     start_slurmdbd
     start_slurmctld
-    local n since=0
+    local n since=0 started=()
     for n in "${NODES[@]}"; do
         if ! pidfile_alive "$STATE_DIR/slurmd-$n.pid" slurmd; then
             # Slurm's timestamps have 1 s resolution: allow for rounding.
             ((since > 0)) || since=$(($(date +%s) - 1))
             start_slurmd "$n"
+            started+=("$n")
         fi
     done
-    wait_nodes_up "$since" || die "cluster did not come up; logs in $STATE_DIR/log"
+    wait_nodes_up "$since" "${started[@]}" || die "cluster did not come up; logs in $STATE_DIR/log"
     echo "test-cluster: up in $((SECONDS - t0))s: nodes ${NODES[*]} (2 CPUs, 4000 MB, gpu:tesla:2(S:0) each)," \
         "partitions debug (default) + short, accounting (sacct); state $STATE_DIR"
 }

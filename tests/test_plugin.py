@@ -63,4 +63,5 @@ def test_a_launcher_setting_of_the_wrong_type_is_one_line_naming_the_key(tmp_pat
     assert proc.returncode != 0
     first = proc.stderr.strip().splitlines()[0]
     assert first.startswith("nothing submitted: hydra.launcher.timeout_min: Value 'abc'"), proc.stderr
+    assert "HYDRA_FULL_ERROR" not in proc.stderr  # the one line is the whole story
     assert not (tmp_path / "s" / "sweep.json").exists()
