@@ -269,3 +269,42 @@ def test_left_out_virtual_environments_outputs_and_bytecode():
     kept, dropped = _keep(names)
     assert kept == ["a.py"]
     assert dropped == [".venv", "conda", "multirun/d/t", "outputs/d/t", "sub"]
+
+
+def _work_tree(root: Path) -> Path:
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "model.py").write_text("X = 1\n")
+    (root / "notes.swp").write_text("editor swap file\n")  # untracked, not ignored
+    return root
+
+
+def test_a_file_that_vanishes_between_listing_and_copying_is_left_out_and_said(tmp_path, monkeypatch):
+    from hpctrain.launch import snapshot
+
+    repo = _work_tree(tmp_path / "proj")
+    monkeypatch.setattr(snapshot, "hpctrain_checkout", lambda: None)
+    snap = snapshot.plan(snapshot.Settings(True, [], 50.0), repo, tmp_path / "code")
+    assert str(repo / "notes.swp") in snap.files and not snap.problems
+    (repo / "notes.swp").unlink()
+    snap.take()
+    assert (tmp_path / "code" / str(repo / "model.py").lstrip("/")).read_text() == "X = 1\n"
+    assert str(repo / "notes.swp") not in snap.files
+    assert snap.notes[-1] == f"1 file(s) vanished between listing and copying, left out: {repo / 'notes.swp'}"
+
+
+def test_a_git_that_hangs_is_one_problem_not_a_traceback(tmp_path, monkeypatch):
+    from hpctrain.launch import snapshot
+
+    repo = _work_tree(tmp_path / "proj")
+    real_git = subprocess.run(["which", "git"], capture_output=True, text=True).stdout.strip()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(f'#!/bin/sh\ncase "$*" in *ls-files*) exec sleep 30;; esac\nexec {real_git} "$@"\n')
+    (bin_dir / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(snapshot, "GIT_TIMEOUT_S", 1)
+    monkeypatch.setattr(snapshot, "hpctrain_checkout", lambda: None)
+    snap = snapshot.plan(snapshot.Settings(True, [], 50.0), repo, tmp_path / "code")
+    assert snap.problems == [f"code snapshot of {repo}: `git ls-files -z --cached --others --exclude-standard` "
+                             f"in {repo} gave no answer within 1 s"]

@@ -67,15 +67,24 @@ def read_settings(value: Any) -> Tuple[Optional[Settings], List[str]]:
 
 
 # ---------------------------------------------------------------- where the code comes from
+GIT_TIMEOUT_S = 60
+
+
 def git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+    """A git call; one that hangs (a stale NFS mount, a credential prompt) answers exit 124 and says so."""
+    try:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(args, 124, "", f"`git {' '.join(args)}` in {root} gave no answer "
+                                                          f"within {GIT_TIMEOUT_S} s")
 
 
 def git_toplevel(path: Path) -> Tuple[Optional[Path], str]:
     """The work tree holding ``path``, or None and why not (git missing, not a repository, ...)."""
     try:
         proc = git(path, "rev-parse", "--show-toplevel")
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except OSError as exc:
         return None, f"git could not be run ({exc})"
     if proc.returncode != 0:
         first = (proc.stderr.strip().splitlines() or [""])[0]
@@ -99,9 +108,15 @@ def hpctrain_checkout() -> Optional[Path]:
     return None if any(p in package_dir.parents for p in installed) else package_dir.parent
 
 
+class GitError(Exception):
+    """git could not list a work tree's files."""
+
+
 def _git_files(root: Path, prefix: str = "") -> List[str]:
     """Tracked and untracked-not-ignored files of a work tree, relative to it; submodules recursed."""
     proc = git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    if proc.returncode != 0:
+        raise GitError((proc.stderr.strip().splitlines() or [f"git ls-files: exit code {proc.returncode}"])[0])
     names = []
     for name in dict.fromkeys(n for n in proc.stdout.split("\0") if n):
         path = root / name
@@ -196,6 +211,7 @@ class Snapshot:
         start = time.perf_counter()
         tmp = self.code_dir.with_name(f"{self.code_dir.name}.tmp-{os.getpid()}")
         made: Set[str] = set()
+        vanished: List[str] = []
         try:
             for src in self.files:
                 dst = os.path.join(tmp, src.lstrip("/"))
@@ -203,15 +219,23 @@ class Snapshot:
                 if parent not in made:
                     os.makedirs(parent, exist_ok=True)
                     made.add(parent)
-                if os.path.islink(src):
-                    os.symlink(os.readlink(src), dst)
-                else:
-                    shutil.copy2(src, dst)  # a copy, not a hard link: an edit in place must not reach it
+                try:
+                    if os.path.islink(src):
+                        os.symlink(os.readlink(src), dst)
+                    else:
+                        shutil.copy2(src, dst)  # a copy, not a hard link: an edit in place must not reach it
+                except FileNotFoundError:  # gone since it was listed: an editor's swap file, .nfsXXXX, a log
+                    vanished.append(src)
             tmp.mkdir(parents=True, exist_ok=True)
             tmp.replace(self.code_dir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        for src in vanished:
+            del self.files[src]
+        if vanished:
+            self.notes.append(f"{len(vanished)} file(s) vanished between listing and copying, left out: "
+                              + ", ".join(vanished[:5]) + (" ..." if len(vanished) > 5 else ""))
         self.taken = True
         return time.perf_counter() - start
 
@@ -255,7 +279,11 @@ def plan(settings: Settings, cwd: Path, code_dir: Path, exclude: Sequence[Path] 
             names, dropped = [root.name], []
             root = root.parent
         else:
-            names, dropped = _keep(_git_files(root) if is_git else _walk_files(root))
+            try:
+                names, dropped = _keep(_git_files(root) if is_git else _walk_files(root))
+            except GitError as exc:
+                snap.problems.append(f"code snapshot of {root}: {exc}")
+                continue
             if is_git and root not in snap.repos:
                 snap.repos.append(root)
         dropped_all += [str(root / d) for d in dropped]
