@@ -65,3 +65,14 @@ def test_a_launcher_setting_of_the_wrong_type_is_one_line_naming_the_key(tmp_pat
     assert first.startswith("nothing submitted: hydra.launcher.timeout_min: Value 'abc'"), proc.stderr
     assert "HYDRA_FULL_ERROR" not in proc.stderr  # the one line is the whole story
     assert not (tmp_path / "s" / "sweep.json").exists()
+
+
+def test_a_colon_in_the_sweep_dir_or_the_launch_dir_is_refused_on_the_login_node(tmp_path):
+    for cwd, sweep in ((tmp_path, tmp_path / "a:b"), (tmp_path / "c:d", tmp_path / "s")):
+        cwd.mkdir(exist_ok=True)
+        proc = subprocess.run([sys.executable, "-m", "hpctrain", "-m", "lr=1e-3", "hydra/launcher=local",
+                               f"hydra.sweep.dir={sweep}"], cwd=cwd, env=hpctrain_env(), capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 1
+        assert "expected a path without ':'" in proc.stderr.strip().splitlines()[0], proc.stderr
+        assert not sweep.exists() or not any(sweep.iterdir())

@@ -56,6 +56,9 @@ class BaseLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
         # here, not in launch(): Hydra's sweeper creates the sweep dir between the two
         problems = _check_writable(Path(str(config.hydra.sweep.dir)).absolute())
+        if ":" in os.getcwd():  # the snapshot's copy of it goes on PYTHONPATH, which ':' splits
+            problems.append(f"the launch directory {os.getcwd()!r}: expected a path without ':' (it splits the "
+                            f"job's PYTHONPATH); launch from a directory without it")
         if problems:
             raise LaunchError(f"nothing submitted: {problems[0]}")
 
@@ -363,6 +366,9 @@ class _PlanReturn(JobReturn):
 
 
 def _check_writable(sweep_dir: Path) -> List[str]:
+    if ":" in str(sweep_dir):  # it would split the job's PYTHONPATH and Apptainer's --bind SRC:DST:OPTS
+        return [f"hydra.sweep.dir={str(sweep_dir)!r}: expected a path without ':' (it splits PYTHONPATH and "
+                f"the container's --bind list)"]
     parent = sweep_dir
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
