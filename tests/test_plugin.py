@@ -45,10 +45,8 @@ def test_the_classes_hydra_registers_are_the_ones_it_instantiates(tmp_path):
             compose(overrides=["hydra/launcher=local"], return_hydra_config=True)
         found = {c.__qualname__: c for c in Plugins.instance().discover(Launcher) + Plugins.instance().discover(Sweeper)}
         plugins = importlib.import_module("hydra_plugins.hpctrain_launcher.plugins")
-        config = importlib.import_module("hydra_plugins.hpctrain_launcher.config")
         for name in ("LocalLauncher", "SlurmLauncher", "HpctrainSweeper", "SearchSweeper"):
             assert found[name] is getattr(plugins, name), name
-        assert plugins.LocalLauncherConf is config.LocalLauncherConf  # config.py ran once
         print("ok")
     ''')
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=hpctrain_env(), capture_output=True,
@@ -76,3 +74,15 @@ def test_a_colon_in_the_sweep_dir_or_the_launch_dir_is_refused_on_the_login_node
         assert proc.returncode == 1
         assert "expected a path without ':'" in proc.stderr.strip().splitlines()[0], proc.stderr
         assert not sweep.exists() or not any(sweep.iterdir())
+
+
+def test_the_plain_nodes_hydra_scans_are_the_typed_settings_defaults():
+    from dataclasses import asdict
+
+    from hpctrain.launch import settings
+    from hydra_plugins.hpctrain_launcher import config
+
+    assert config.SWEEPER == asdict(settings.SweeperConf())
+    assert config.SEARCH_SWEEPER == asdict(settings.SearchSweeperConf())
+    assert config.LOCAL_LAUNCHER == asdict(settings.LocalLauncherConf())
+    assert config.SLURM_LAUNCHER == asdict(settings.SlurmLauncherConf())

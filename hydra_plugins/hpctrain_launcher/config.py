@@ -1,104 +1,87 @@
-"""The launcher and sweeper settings (ConfigStore groups ``hydra/launcher`` and ``hydra/sweeper``).
+"""hpctrain's launchers and sweepers for Hydra: ``hydra/launcher=local|slurm``, ``hydra/sweeper=hpctrain|search``.
 
-Stored as plain dicts: OmegaConf's structured conversion of these dataclasses costs every Hydra app
-about 11 ms at its plugin scan; the shells in ``plugins.py`` check types against the dataclasses in
-``setup()``, only for the launcher or sweeper a config selects.
-No ``from __future__ import annotations`` here: Hydra's plugin scan breaks dataclasses under it.
-Resource names carry their units, as submitit names them (timeout_min, mem_gb, signal_delay_s).
+Hydra runs this module at the start of every app in the environment (its plugin scan), so the nodes are
+plain dicts: no dataclass, no structured config, nothing of hpctrain imported. Their types live in
+``hpctrain.launch.settings`` (the shells in ``plugins.py`` check them in ``setup()``); a test keeps the
+two equal. Comments on each key: see that module.
 """
-
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 
-_PKG = "hydra_plugins.hpctrain_launcher.plugins"
+SWEEPER = {
+    "_target_": "hydra_plugins.hpctrain_launcher.plugins.HpctrainSweeper",
+    "max_batch_size": None,
+    "params": None,
+}
 
+SEARCH_SWEEPER = {
+    "_target_": "hydra_plugins.hpctrain_launcher.plugins.SearchSweeper",
+    "n_trials": 20,
+    "n_workers": 4,
+    "sampler": "tpe",
+    "pruner": "median",
+    "seed": None,
+    "grace_s": 120,
+    "heartbeat_s": 10.0,
+    "params": None,
+}
 
-@dataclass
-class ContainerConf:
-    image: Optional[str] = None  # path to an Apptainer/Singularity image (.sif); None: no container
-    runtime: str = "apptainer"  # apptainer | singularity
-    binds: List[str] = field(default_factory=list)  # extra SRC[:DST[:OPTS]]; sweep dir and project always
-    args: List[str] = field(default_factory=list)  # extra `exec` options, e.g. [--cleanenv]
-    python: str = "python"  # the interpreter inside the image
+LOCAL_LAUNCHER = {
+    "_target_": "hydra_plugins.hpctrain_launcher.plugins.LocalLauncher",
+    "submitit_folder": "${hydra.sweep.dir}/.submitit",
+    "dry_run": False,
+    "max_retries": 1,
+    "timeout_min": 1440,
+    "signal_delay_s": 30,
+    "max_num_timeout": 3,
+    "tasks_per_node": None,
+    "gpus_per_node": None,
+    "setup": [],
+    "env": {},
+    "python": None,
+    "runs_per_task": 1,
+    "gpu_memory_fraction": None,
+    "container": {"image": None, "runtime": "apptainer", "binds": [], "args": [], "python": "python"},
+    "snapshot": {"enabled": True, "paths": [], "max_mb": 50},
+    "max_parallel": None,
+}
 
+SLURM_LAUNCHER = {
+    "_target_": "hydra_plugins.hpctrain_launcher.plugins.SlurmLauncher",
+    "submitit_folder": "${hydra.sweep.dir}/.submitit",
+    "dry_run": False,
+    "max_retries": 1,
+    "timeout_min": 60,
+    "signal_delay_s": 90,
+    "max_num_timeout": 3,
+    "tasks_per_node": None,
+    "gpus_per_node": None,
+    "setup": [],
+    "env": {},
+    "python": None,
+    "runs_per_task": 1,
+    "gpu_memory_fraction": None,
+    "container": {"image": None, "runtime": "apptainer", "binds": [], "args": [], "python": "python"},
+    "snapshot": {"enabled": True, "paths": [], "max_mb": 50},
+    "wait": False,
+    "partition": None,
+    "account": None,
+    "qos": None,
+    "nodes": 1,
+    "cpus_per_task": None,
+    "mem_gb": None,
+    "constraint": None,
+    "exclude": None,
+    "array_parallelism": 256,
+    "job_name": "${hydra.job.name}",
+    "additional_parameters": {},
+    "srun_args": [],
+}
 
-@dataclass
-class BaseLauncherConf:
-    _target_: str = ""
-    submitit_folder: str = "${hydra.sweep.dir}/.submitit"
-    dry_run: bool = False  # print what would be submitted, submit nothing
-    max_retries: int = 1  # a crashed run is requeued this many times before it counts as failed
-    timeout_min: int = 60
-    signal_delay_s: int = 90  # USR2 this long before the time limit: checkpoint and requeue
-    max_num_timeout: int = 3  # requeues after time limits (preemptions do not count)
-    tasks_per_node: Optional[int] = None  # default: gpus_per_node when GPUs are asked for, else 1
-    gpus_per_node: Optional[int] = None
-    setup: List[str] = field(default_factory=list)  # shell lines run before the job's tasks start
-    env: Dict[str, str] = field(default_factory=dict)  # variables exported for the job
-    python: Optional[str] = None  # interpreter on the compute node; default: this one
-    runs_per_task: int = 1  # k single-rank sweep points side by side in each task (pack.py)
-    gpu_memory_fraction: Optional[float] = None  # packed runs: each run's cap on its GPU's memory, (0, 1]
-    container: ContainerConf = field(default_factory=ContainerConf)
-    # the code every task runs, copied once per submission into the sweep dir (hpctrain/launch/snapshot.py):
-    # false turns it off; `paths` adds files or directories; `max_mb` caps its size. Typed Any so that
-    # both `snapshot=false` and `snapshot.paths=[...]` work; hpctrain.launch.snapshot.read_settings checks it.
-    snapshot: Any = field(default_factory=lambda: {"enabled": True, "paths": [], "max_mb": 50})
-
-
-@dataclass
-class LocalLauncherConf(BaseLauncherConf):
-    _target_: str = f"{_PKG}.LocalLauncher"
-    timeout_min: int = 24 * 60
-    signal_delay_s: int = 30
-    max_parallel: Optional[int] = None  # default: one run per visible GPU, or one on a CPU-only machine
-
-
-@dataclass
-class SlurmLauncherConf(BaseLauncherConf):
-    _target_: str = f"{_PKG}.SlurmLauncher"
-    wait: bool = False  # block until every run ends and return their results
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    nodes: int = 1
-    cpus_per_task: Optional[int] = None
-    mem_gb: Optional[float] = None
-    constraint: Optional[str] = None
-    exclude: Optional[str] = None
-    array_parallelism: int = 256
-    job_name: str = "${hydra.job.name}"
-    additional_parameters: Dict[str, Any] = field(default_factory=dict)  # any other sbatch option
-    srun_args: List[str] = field(default_factory=list)
-
-
-@dataclass
-class SweeperConf:
-    _target_: str = f"{_PKG}.HpctrainSweeper"
-    max_batch_size: Optional[int] = None
-    params: Optional[Dict[str, str]] = None  # a sweep kept in a file: conf/sweep/*.yaml
-
-
-@dataclass
-class SearchSweeperConf:
-    _target_: str = f"{_PKG}.SearchSweeper"
-    n_trials: int = 20  # trials in the study in total (a rerun continues up to this)
-    n_workers: int = 4  # worker tasks of the job array; on the local launcher: max_parallel
-    sampler: str = "tpe"  # tpe | random | grid | cmaes | gp
-    pruner: str = "median"  # median | asha | none: stop bad trials at an eval step
-    seed: Optional[int] = None  # the samplers' seed (each worker gets seed + its index)
-    grace_s: int = 120  # a running trial whose worker is unknown and silent this long is taken over
-    heartbeat_s: float = 10.0
-    params: Optional[Dict[str, str]] = None  # the space kept in a file (+sweep=NAME): key -> interval(...)
-
-
-
-def _store(group: str, name: str, node: type) -> None:
-    ConfigStore.instance().store(group=group, name=name, node=asdict(node()), provider="hpctrain")
-
-
-_store("hydra/sweeper", "hpctrain", SweeperConf)
-_store("hydra/sweeper", "search", SearchSweeperConf)
-_store("hydra/launcher", "local", LocalLauncherConf)
-_store("hydra/launcher", "slurm", SlurmLauncherConf)
+for _group, _name, _node in (
+    ("hydra/sweeper", "hpctrain", SWEEPER),
+    ("hydra/sweeper", "search", SEARCH_SWEEPER),
+    ("hydra/launcher", "local", LOCAL_LAUNCHER),
+    ("hydra/launcher", "slurm", SLURM_LAUNCHER),
+):
+    ConfigStore.instance().store(group=_group, name=_name, node=_node, provider="hpctrain")

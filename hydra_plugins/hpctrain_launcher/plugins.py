@@ -14,7 +14,6 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .config import LocalLauncherConf, SearchSweeperConf, SlurmLauncherConf, SweeperConf
 
 
 class SettingsError(CompactHydraException):
@@ -26,10 +25,10 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def _typed(schema: type, params: Dict[str, Any], group: str) -> Dict[str, Any]:
+def _typed(schema: str, params: Dict[str, Any], group: str) -> Dict[str, Any]:
     """``params`` checked against and converted by ``schema`` ("60" -> 60); one line naming the key if not."""
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), params)
+        merged = OmegaConf.merge(OmegaConf.structured(_load(schema)), params)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or "?"
         message = str(getattr(exc, "msg", None) or exc).splitlines()[0]
@@ -41,7 +40,7 @@ def _typed(schema: type, params: Dict[str, Any], group: str) -> Dict[str, Any]:
 
 class _LauncherShell(Launcher):
     implementation = ""
-    schema: type = object
+    schema = ""  # its dataclass in hpctrain.launch.settings
 
     def __init__(self, **params: Any) -> None:
         self.params = params
@@ -58,17 +57,17 @@ class _LauncherShell(Launcher):
 
 class LocalLauncher(_LauncherShell):
     implementation = "hpctrain.launch.backends.local.LocalLauncher"
-    schema = LocalLauncherConf
+    schema = "hpctrain.launch.settings.LocalLauncherConf"
 
 
 class SlurmLauncher(_LauncherShell):
     implementation = "hpctrain.launch.backends.slurm.SlurmLauncher"
-    schema = SlurmLauncherConf
+    schema = "hpctrain.launch.settings.SlurmLauncherConf"
 
 
 class _SweeperShell(Sweeper):
     implementation = ""
-    schema: type = object
+    schema = ""  # its dataclass in hpctrain.launch.settings
 
     def __init__(self, **params: Any) -> None:
         self.params = params
@@ -85,9 +84,9 @@ class _SweeperShell(Sweeper):
 
 class HpctrainSweeper(_SweeperShell):
     implementation = "hpctrain.launch.sweeper.HpctrainSweeper"
-    schema = SweeperConf
+    schema = "hpctrain.launch.settings.SweeperConf"
 
 
 class SearchSweeper(_SweeperShell):
     implementation = "hpctrain.launch.search.SearchSweeper"
-    schema = SearchSweeperConf
+    schema = "hpctrain.launch.settings.SearchSweeperConf"
