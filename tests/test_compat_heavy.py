@@ -101,3 +101,17 @@ def test_set_trial_system_attr_on_a_running_trial_only(study):
     assert study.get_trials()[0].system_attrs["hpctrain:failed"] == "why"
     with pytest.raises(UpdateFinishedTrialError):  # hence: the reason first, then the tell
         optuna_compat.set_trial_system_attr(study, tid, "hpctrain:failed", "again")
+
+
+def test_settle_failed_records_the_reason_and_leaves_a_settled_trial_alone(study):
+    from optuna.trial import TrialState
+
+    from hpctrain.search.study import settle_failed
+
+    study.ask()
+    settle_failed(study, study.get_trials()[0], "its worker died 2 time(s) while running it")
+    done = study.get_trials()[0]
+    assert done.state == TrialState.FAIL
+    assert done.system_attrs["hpctrain:failed"] == "its worker died 2 time(s) while running it"
+    settle_failed(study, done, "again")  # settled already (by another worker): nothing changes, no error
+    assert study.get_trials()[0].system_attrs["hpctrain:failed"] == "its worker died 2 time(s) while running it"

@@ -262,10 +262,11 @@ def next_trial(study: optuna.Study, settings: Settings, sweep_dir: "str | Path",
 
 def settle_failed(study: optuna.Study, trial: FrozenTrial, why: str) -> None:
     try:
+        # the reason first: a finished trial's attributes can no longer be set
+        optuna_compat.set_trial_system_attr(study, optuna_compat.trial_id(trial), "hpctrain:failed", why)
         study.tell(trial.number, state=TrialState.FAIL)
-    except (ValueError, RuntimeError):
+    except (ValueError, RuntimeError):  # UpdateFinishedTrialError is a RuntimeError
         return  # someone else settled it
-    optuna_compat.set_trial_system_attr(study, optuna_compat.trial_id(trial), "hpctrain:failed", why)
 
 
 def tell(study: optuna.Study, number: int, state: TrialState, value: Optional[float] = None) -> bool:
