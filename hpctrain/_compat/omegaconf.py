@@ -1,6 +1,6 @@
 """OmegaConf's private names: the interpolation parser, memoized while a sweep is planned.
 
-When a release moves one of these, this module is the one to change.
+When a release moves one of these, this module is the one to change (canaries: tests/test_compat.py).
 """
 
 import contextlib

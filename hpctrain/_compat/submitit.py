@@ -1,9 +1,19 @@
-"""submitit's private names: its sbatch writer, memory format, signal and local process.
+"""submitit's private names: its sbatch writer, memory format, signal, local process, the module its
+jobs run and the layout of its folder (log and result file names, the result pickle's first item).
 
-When a release moves one of these, this module is the one to change.
+When a release moves one of these, this module is the one to change (canaries: tests/test_compat.py).
 """
 
+import os
+import pickletools
+import shlex
 from typing import Any, Optional
+
+# the module submitit's sbatch script runs on every task: ``python -u -m submitit.core._submit FOLDER``
+SUBMIT_MODULE = "submitit.core._submit"
+
+# what submitit's result pickle holds first: ``("success", result)`` or ``("error", traceback)``
+OUTCOMES = ("success", "error")
 
 
 # submitit
@@ -21,6 +31,11 @@ def make_sbatch_string(**params: Any) -> str:
     return _make_sbatch_string(**params)
 
 
+def submit_command(python: str, folder: str) -> str:
+    """The command submitit's SlurmExecutor puts on the srun line of its script."""
+    return " ".join([python, f"-u -m {SUBMIT_MODULE}", shlex.quote(folder)])
+
+
 def preemption_signal() -> Any:
     """The signal submitit sends before the time limit or on preemption (USR2 unless configured)."""
     from submitit import JobEnvironment
@@ -32,3 +47,30 @@ def local_job_exit_code(job: Any) -> Optional[int]:
     """The exit code of a submitit LocalJob's controller process (None while it runs or if unknown)."""
     process = getattr(job, "_process", None)
     return process.poll() if process is not None else None
+
+
+def log_path(folder: "str | os.PathLike[str]", job_id: str, stream: str = "out") -> str:
+    """submitit's log of rank 0: ``<folder>/<job_id>_0_log.out`` (``<array>_<task>_0_log.out`` for arrays),
+    as its ``JobPaths(folder, job_id, task_id=0).stdout``/``.stderr``."""
+    return os.path.join(folder, f"{job_id}_0_log.{stream}")  # a plain string: status builds thousands
+
+
+def result_path(folder: "str | os.PathLike[str]", job_id: str) -> str:
+    """submitit's result pickle of rank 0, as its ``JobPaths(folder, job_id, task_id=0).result_pickle``."""
+    return os.path.join(folder, f"{job_id}_0_result.pkl")
+
+
+def result_outcome(folder: "str | os.PathLike[str]", job_id: str) -> Optional[str]:
+    """``"success"``/``"error"`` from submitit's result pickle of rank 0, None when there is none.
+
+    Read with pickletools, never unpickled (the result may hold objects whose import is heavy or
+    unsafe): the pickle's first string is the outcome, ahead of the result itself.
+    """
+    try:
+        with open(result_path(folder, job_id), "rb") as f:
+            for opcode, arg, _ in pickletools.genops(f):
+                if isinstance(arg, str) and "UNICODE" in opcode.name:
+                    return arg if arg in OUTCOMES else None
+    except (OSError, ValueError, EOFError):  # none, or not (yet) a whole pickle
+        return None
+    return None

@@ -1,6 +1,6 @@
 """TensorBoard's private names (torch.utils.tensorboard's FileWriter).
 
-When a release moves one of these, this module is the one to change.
+When a release moves one of these, this module is the one to change (canaries: tests/test_compat_heavy.py).
 """
 
 from typing import Any

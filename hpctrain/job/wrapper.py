@@ -22,6 +22,7 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from omegaconf import open_dict
 
+from hpctrain._compat.hydra import stored_value
 from hpctrain.core import events as record
 from hpctrain.core import paths as runfiles
 
@@ -61,7 +62,7 @@ class SweepJob:
             if env.global_rank == 0:
                 self._completed(run_dir, ret.return_value, self.app)
             return ret
-        exc = ret._return_value
+        exc = stored_value(ret)
         if isinstance(exc, submitit.core.utils.UncompletedJobError):  # submitit gave up at the time limit
             record.timed_out(run_dir, str(exc), rank=env.global_rank)
         else:

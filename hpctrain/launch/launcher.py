@@ -322,25 +322,25 @@ class BaseLauncher(Launcher):
             status = JobStatus.COMPLETED if record.is_completed(run.run_dir) else JobStatus.FAILED
             ret = self._placeholder(run, status)
             summary = runfiles.read_metrics(run.run_dir) or {}
-            ret._return_value = summary.get("metrics") if status == JobStatus.COMPLETED else RuntimeError(
+            ret.return_value = summary.get("metrics") if status == JobStatus.COMPLETED else RuntimeError(
                 str(summary.get("error") or f"run {run.idx} ended {record.state_of(run.run_dir)}"))
             return ret
         try:
             ret = job.results()[0]
         except Exception as exc:  # noqa: BLE001 - a failed run is reported, the sweep goes on
             ret = self._placeholder(run, JobStatus.FAILED)
-            ret._return_value = exc
+            ret.return_value = exc
             return ret
         if not isinstance(ret, JobReturn):  # a job of an older payload returned the bare value
             value, ret = ret, self._placeholder(run, JobStatus.COMPLETED)
-            ret._return_value = value
+            ret.return_value = value
         return ret
 
     def _placeholder(self, run: Run, status: JobStatus) -> JobReturn:
         """A JobReturn for a run whose job gave none (skipped, dry run, not waited for, died)."""
         if self._task_name is None and self.config is not None:
             self._task_name = str(self.config.hydra.job.name)  # read once: 10,000 placeholders in a sweep
-        ret = _PlanReturn(overrides=run.overrides, status=status, _return_value=None, task_name=self._task_name)
+        ret = _PlanReturn(overrides=run.overrides, status=status, task_name=self._task_name)
         ret.run = run
         ret.working_dir = str(run.run_dir)
         return ret

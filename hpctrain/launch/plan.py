@@ -33,7 +33,7 @@ from hydra.core.override_parser.types import OverrideType
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hpctrain._compat.hydra import apply_overrides, get_overrides_dirname
+from hpctrain._compat.hydra import apply_overrides, get_overrides_dirname, group_checker
 from hpctrain._compat.omegaconf import interpolation_parser_memoized
 from hpctrain.schema import DIRNAME_TEMPLATE
 from hpctrain.schema import dirname as hpctrain_dirname
@@ -135,7 +135,7 @@ def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequenc
           first_idx: int, inspect: Optional[Inspect]) -> Tuple[List[Run], List[str]]:
     loader = ctx.config_loader
     parse = OverrideCache()
-    repo = getattr(loader, "repository", None)
+    group_exists = group_checker(loader)
     is_group: Dict[str, bool] = {}
     bases: Dict[Tuple[str, ...], _Base] = {}
     runs: List[Run] = []
@@ -150,7 +150,7 @@ def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequenc
             else:
                 for o in parsed:
                     if o.key_or_group not in is_group:
-                        is_group[o.key_or_group] = repo is not None and repo.group_exists(o.key_or_group.split("@")[0])
+                        is_group[o.key_or_group] = group_exists(o.key_or_group.split("@")[0])
                 groups = tuple(o.input_line for o in parsed if is_group[o.key_or_group])
                 if groups not in bases:
                     bases[groups] = _split(loader.load_sweep_config(config, list(groups)))

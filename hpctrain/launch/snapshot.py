@@ -334,11 +334,12 @@ def relocate_search_path(hydra_context: Any, snap: Snapshot) -> Any:
     that the job composes its config from the YAML files as they were at submit time."""
     import copy
 
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.types import HydraContext
 
+    from hpctrain._compat.hydra import config_loader, search_path_of
+
     loader = hydra_context.config_loader
-    search_path = getattr(loader, "config_search_path", None)
+    search_path = search_path_of(loader)
     if search_path is None:
         return hydra_context
     search_path = copy.deepcopy(search_path)
@@ -352,5 +353,5 @@ def relocate_search_path(hydra_context: Any, snap: Snapshot) -> Any:
                 changed = True
     if not changed:
         return hydra_context
-    return HydraContext(config_loader=ConfigLoaderImpl(config_search_path=search_path),
+    return HydraContext(config_loader=config_loader(search_path),
                         callbacks=hydra_context.callbacks)

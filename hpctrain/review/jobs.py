@@ -1,7 +1,7 @@
 """What a job left behind besides its run record: its submitit logs and result; a local job's processes.
 
 Nothing here unpickles anything (a result pickle may hold objects whose import is heavy or unsafe):
-the outcome is read from the pickle's first bytes, ``("success", ...)`` or ``("error", ...)``.
+the outcome is read with pickletools (``hpctrain._compat.submitit.result_outcome``).
 
 Stopping a local sweep: a process started in the background (``&``, nohup) ignores SIGINT, and so do
 its children; submitit's tasks ignore SIGTERM on purpose (Slurm sends it before SIGKILL). So: SIGINT
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from hpctrain._compat.submitit import log_path, result_outcome  # noqa: F401 - submitit's folder layout
 # Slurm writes these into the job's stderr; submitit logs the last one when it gives up.
 _MARKERS = [
     ("timeout", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT|timed-out too many times")),
@@ -27,11 +28,6 @@ _MARKERS = [
 
 def is_timeout(text: str) -> bool:
     return bool(_MARKERS[0][1].search(text or ""))
-
-
-def log_path(folder: Path, job_id: str, stream: str = "out") -> str:
-    """submitit's log of rank 0: ``<folder>/<job_id>_0_log.out`` (``<array>_<task>_0_log.out`` for arrays)."""
-    return os.path.join(folder, f"{job_id}_0_log.{stream}")  # a plain string: status builds thousands
 
 
 def tail(path: str, max_bytes: int = 8192) -> str:
@@ -58,18 +54,6 @@ def log_marker(folder: Path, job_id: str) -> Optional[str]:
         if pattern.search(text):
             return state
     return None
-
-
-def result_outcome(folder: Path, job_id: str) -> Optional[str]:
-    """``"success"``/``"error"`` from submitit's result pickle of rank 0, None when there is none."""
-    try:
-        with open(Path(folder) / f"{job_id}_0_result.pkl", "rb") as f:
-            head = f.read(64)
-    except OSError:
-        return None
-    found = {word: head.find(word.encode()) for word in ("success", "error")}
-    found = {word: at for word, at in found.items() if at >= 0}
-    return min(found, key=found.get) if found else None  # the tuple's first item comes first
 
 
 def pid_alive(pid: str, needle: str = "submitit") -> bool:

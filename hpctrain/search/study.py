@@ -28,6 +28,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 from optuna.trial import FrozenTrial, TrialState
 
+from hpctrain._compat import optuna as optuna_compat
 from hpctrain.core import paths as runfiles
 from hpctrain.search.space import Space, grid_size
 
@@ -240,7 +241,8 @@ def next_trial(study: optuna.Study, settings: Settings, sweep_dir: "str | Path",
         lease = read_lease(sweep_dir, t.number)
         if lease is not None and lease.get("owner") == me:
             write_lease(sweep_dir, t.number, me, adoptions=lease.get("adoptions", 0), **owner_fields)
-            return Assignment(t.number, t._trial_id, dict(t.params), "resumed", int(lease.get("adoptions", 0)))
+            return Assignment(t.number, optuna_compat.trial_id(t), dict(t.params), "resumed",
+                              int(lease.get("adoptions", 0)))
     for t in running:  # a dead worker's
         lease = read_lease(sweep_dir, t.number)
         if not lease_lost(sweep_dir, t.number, lease, settings):
@@ -250,20 +252,21 @@ def next_trial(study: optuna.Study, settings: Settings, sweep_dir: "str | Path",
             settle_failed(study, t, f"its worker died {adoptions - 1} time(s) while running it")
             continue
         write_lease(sweep_dir, t.number, me, adoptions=adoptions, **owner_fields)
-        return Assignment(t.number, t._trial_id, dict(t.params), "adopted", adoptions)
+        return Assignment(t.number, optuna_compat.trial_id(t), dict(t.params), "adopted", adoptions)
     if len(trials) >= budget(settings):
         return None
     trial = study.ask({p.name: p.distribution() for p in settings.space.params})
     write_lease(sweep_dir, trial.number, me, adoptions=0, **owner_fields)
-    return Assignment(trial.number, trial._trial_id, dict(trial.params), "new")
+    return Assignment(trial.number, optuna_compat.trial_id(trial), dict(trial.params), "new")
 
 
 def settle_failed(study: optuna.Study, trial: FrozenTrial, why: str) -> None:
     try:
+        # the reason first: a finished trial's attributes can no longer be set
+        optuna_compat.set_trial_system_attr(study, optuna_compat.trial_id(trial), "hpctrain:failed", why)
         study.tell(trial.number, state=TrialState.FAIL)
-    except (ValueError, RuntimeError):
+    except (ValueError, RuntimeError):  # UpdateFinishedTrialError is a RuntimeError
         return  # someone else settled it
-    study._storage.set_trial_system_attr(trial._trial_id, "hpctrain:failed", why)
 
 
 def tell(study: optuna.Study, number: int, state: TrialState, value: Optional[float] = None) -> bool:

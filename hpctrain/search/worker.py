@@ -24,6 +24,8 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobStatus, run_job, setup_globals
 from omegaconf import OmegaConf, open_dict
 
+from hpctrain._compat.hydra import stored_value
+from hpctrain._compat.optuna import live_trial
 from hpctrain.core import events as record
 from hpctrain.core import paths as runfiles
 from hpctrain.core.ports import MASTER_PORTS
@@ -100,8 +102,6 @@ class SearchWorker:
     # ------------------------------------------------------------------ one trial
     def _run(self, a: studies.Assignment, me: str, study: Any, seq: int) -> "tuple[str, Optional[float]]":
         """Run one trial on this rank; on rank 0 (``study`` given) record and tell how it ended."""
-        import optuna
-
         _fresh_rendezvous_port(seq)
         s, sweep = self.settings, self.sweep_dir
         overrides = s.space.overrides(a.params)
@@ -116,7 +116,7 @@ class SearchWorker:
         lead = study is not None
         if lead:
             self._register(a, dirname, overrides, me, OmegaConf.select(config, "max_steps", default=None))
-        trial = optuna.Trial(study, a.trial_id) if lead else None
+        trial = live_trial(study, a.trial_id) if lead else None
         beat = _Heartbeat(studies.alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
         _running["run_dir"] = run_dir
         bridge = TrialBridge(a.number, s.metric, trial)
@@ -153,7 +153,7 @@ class SearchWorker:
         from optuna.trial import TrialState
 
         s = self.settings
-        result = ret._return_value
+        result = stored_value(ret)
         if ret.status == JobStatus.FAILED:
             error = "".join(traceback.format_exception(result))[-3000:] if isinstance(result, BaseException) else str(result)
             record.failed(run_dir, error=error, rank=0, job_id=os.environ.get("SLURM_JOB_ID"))

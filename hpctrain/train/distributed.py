@@ -18,6 +18,7 @@ from typing import List, Mapping, Optional
 import torch
 import torch.distributed as dist
 
+from hpctrain._compat.torch import abort_process_groups
 from hpctrain.core.ports import job_master_port
 
 log = logging.getLogger(__name__)
@@ -159,7 +160,7 @@ def teardown(failed: bool = False) -> None:
         dist.destroy_process_group()  # gloo's does not wait on the peers
         return
     try:
-        dist.distributed_c10d._abort_process_group()  # private (torch >= 2.5): abort, do not finalize
+        abort_process_groups()  # abort, do not finalize
     except Exception as exc:  # noqa: BLE001 - on the error path already; the process exits next
         log.warning("could not abort the NCCL process group: %s", exc)
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from hpctrain._compat.submitit import convert_mem, make_sbatch_string
+from hpctrain._compat.submitit import convert_mem, make_sbatch_string, submit_command
 from hpctrain.core import events as record
 from hpctrain.launch import arrays
 from hpctrain.launch.launcher import BaseLauncher, LaunchError, Run
@@ -154,7 +154,7 @@ class SlurmLauncher(BaseLauncher):
     def dry_run_text(self, tasks: List[List[Run]], python: str, sweep_dir: Path) -> str:
         # absolute, as submitit makes it (Path(folder).absolute()): the text is what sbatch would get
         folder = str(Path(str(self.params.submitit_folder)).expanduser().absolute())
-        command = " ".join([python, "-u -m submitit.core._submit", shlex.quote(folder)])
+        command = submit_command(python, folder)
         chunks = self.chunks(len(tasks)) if tasks else [arrays.Chunk(0, 0)]
         texts = []
         for i, chunk in enumerate(chunks):
@@ -202,7 +202,7 @@ class SlurmLauncher(BaseLauncher):
                 returns.append(self._collect(run, job))
             else:
                 ret = self._placeholder(run, JobStatus.FAILED)
-                ret._return_value = LaunchError(f"run {run.idx} ended without a result (see {job.paths.stderr})")
+                ret.return_value = LaunchError(f"run {run.idx} ended without a result (see {job.paths.stderr})")
                 returns.append(ret)
         return self.report_results(runs, returns, sweep_dir)
 
