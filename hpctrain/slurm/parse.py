@@ -258,3 +258,70 @@ def parse_max_submit(assoc_text: str, qos_text: str, account: Optional[str], qos
         if len(parts) >= 2 and chosen_qos and parts[0] == chosen_qos and parts[1].strip().isdigit():
             caps.append((int(parts[1]), f"QOS {chosen_qos} (MaxSubmitJobsPerUser)"))
     return min(caps) if caps else None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One attempt of one job (array task) as accounting saw it; a requeued task has one per attempt."""
+
+    job_id: str  # "123_4" or "125"
+    state: str  # sacct's, e.g. COMPLETED, REQUEUED, PREEMPTED, RUNNING
+    elapsed_s: int
+    cpus: int
+    gpus: int
+    start: Optional[str] = None  # ISO time as sacct prints it; None while pending
+    end: Optional[str] = None
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.elapsed_s / 3600.0
+
+    @property
+    def cpu_hours(self) -> float:
+        return self.cpus * self.elapsed_s / 3600.0
+
+
+USAGE_FIELDS = ("JobID", "State", "ElapsedRaw", "AllocTRES", "Start", "End")
+
+
+def tres_counts(text: str) -> Dict[str, int]:
+    """``"billing=4,cpu=4,gres/gpu:a100=2,gres/gpu=2,mem=16G,node=1"`` -> ``{"cpu": 4, "gpu": 2, "node": 1}``.
+
+    Sites that account typed GPUs list each type and the total (``gres/gpu:a100=2,gres/gpu=2``): the total
+    counts; typed entries are summed only where no total is given.
+    """
+    counts: Dict[str, int] = {}
+    typed_gpus = 0
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        if not value.isdigit():
+            continue  # mem=16G, billing with a unit, an empty field
+        if name == "gres/gpu":
+            counts["gpu"] = int(value)
+        elif name.startswith("gres/gpu:"):
+            typed_gpus += int(value)
+        elif name in ("cpu", "node"):
+            counts[name] = int(value)
+    counts.setdefault("gpu", typed_gpus)
+    return counts
+
+
+def parse_usage(text: str) -> "Tuple[List[Usage], int]":
+    """sacct's ``-P -X -D -o JobID,State,ElapsedRaw,AllocTRES,Start,End`` lines -> attempts, and how many
+    lines could not be read (a field missing, a number that is not one): those are left out, not guessed."""
+    rows: List[Usage] = []
+    unreadable = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.strip().split("|")
+        if len(parts) != len(USAGE_FIELDS) or not parts[0] or not parts[2].strip().isdigit():
+            unreadable += 1
+            continue
+        job_id, state, elapsed, tres, start, end = parts
+        counts = tres_counts(tres)
+        when = lambda t: None if t in ("", "Unknown", "None") else t  # noqa: E731
+        for one in expand_array_ids(job_id):
+            rows.append(Usage(one, state.split()[0] if state.strip() else "UNKNOWN", int(elapsed),
+                              counts.get("cpu", 0), counts.get("gpu", 0), when(start), when(end)))
+    return rows, unreadable

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Generic, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
 from hpctrain.slurm.parse import (
+    USAGE_FIELDS,
     ArrayLimits,
     Partition,
     QueueState,
@@ -27,6 +28,8 @@ from hpctrain.slurm.parse import (
     parse_config,
     parse_max_submit,
     parse_partitions,
+    parse_usage,
+    Usage,
 )
 
 TIMEOUT_S = 30
@@ -210,3 +213,13 @@ def jobs_in_queue_of_user() -> Optional[int]:
     """How many jobs (array tasks one by one) the user has in the queue; None when squeue fails."""
     ans = run(["squeue", "-h", "-r", "-u", _user(), "-o", "%i"])
     return None if ans.stdout is None else len(ans.stdout.split())
+
+
+def usage(job_ids: Iterable[Optional[str]]) -> "Optional[Tuple[List[Usage], int]]":
+    """Every attempt of these jobs from accounting (``-D``: requeued attempts too), one call for the whole
+    sweep; ``None`` where accounting is off or failed (unknown, never "no cost")."""
+    ids = array_ids(job_ids)
+    if not ids:
+        return [], 0
+    ans = run(["sacct", "-n", "-P", "-X", "-D", "-j", ",".join(ids), "-o", ",".join(USAGE_FIELDS)])
+    return None if ans.stdout is None else parse_usage(ans.stdout)
