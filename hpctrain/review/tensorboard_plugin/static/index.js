@@ -137,14 +137,18 @@ export async function render() {
       if (data.search) parts.push(historySvg(data.search));
       parts.push(runsTable(data));
     }
+    const t0 = performance.now();
     root.innerHTML = parts.join("");
+    root.dataset.drawMs = String(Math.round(performance.now() - t0));  // read by benchmarks/tab_10000.py
     root.dataset.updated = String(Date.now());
   };
   const poll = async () => {
     try {
+      const t0 = performance.now();
       const response = await fetch("./data", { credentials: "same-origin", cache: "no-store" });
       if (!response.ok) throw new Error(`the server answered ${response.status}`);
       last = await response.json();
+      root.dataset.fetchMs = String(Math.round(performance.now() - t0));
       draw(last);
     } catch (err) {
       draw(last || { problems: [] }, `could not refresh (${err.message}); showing the last answer`);
