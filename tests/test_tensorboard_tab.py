@@ -84,7 +84,10 @@ def board(sweep):
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        pytest.fail("playwright is missing: pip install -e '.[test]'")
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y --no-install-recommends chromium")
     with sync_api.sync_playwright() as p:
@@ -220,6 +223,35 @@ def test_an_unknown_or_unreadable_sweep_dir_is_one_line_and_the_backend_says_wha
     json.dumps(got, allow_nan=False)  # what the page parses: no NaN, no Infinity
 
 
+def test_a_search_sweep_gives_its_trials_and_their_history(sweep, tmp_path):
+    from hpctrain.review.tensorboard_plugin.data import TailCache, payload
+
+    search = tmp_path / "search"
+    shutil.copytree(sweep, search, symlinks=True)
+    manifest = json.loads((search / "sweep.json").read_text())
+    manifest["search"] = {"metric": "val/loss", "direction": "minimize"}
+    (search / "sweep.json").write_text(json.dumps(manifest))
+    got = payload(search, TailCache())
+    assert got["search"]["metric"] == "val/loss" and got["search"]["mode"] == "min"
+    truth = {int(i): json.loads((search / r["run_dir"] / "metrics.json").read_text()) for i, r in manifest["runs"].items()}
+    history = {n: v for n, v, _ in got["search"]["history"]}
+    assert set(history) <= {0, 1} and history  # trials with an objective (the failed one has none)
+    for n, v in history.items():
+        assert v == pytest.approx(truth[n]["metrics"]["val/loss"])
+
+
+def test_the_tab_is_registered_by_entry_point_and_served_once():
+    from tensorboard import default
+
+    from hpctrain.review import tensorboard_server
+    from hpctrain.review.tensorboard_plugin import HpctrainLoader
+
+    assert HpctrainLoader in default.get_dynamic_plugins()  # [project.entry-points.tensorboard_plugins]
+    ours = [p for p in tensorboard_server.plugins() if p is HpctrainLoader or isinstance(p, HpctrainLoader)]
+    assert len(ours) == 1
+
+
+# last: it changes the sweep's files
 def test_the_tab_follows_state_changes_on_disk_within_5_s(page, sweep, tmp_path):
     from hpctrain.core import events as record
 
