@@ -167,9 +167,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _get_json(url: str):
-    with urllib.request.urlopen(url, timeout=10) as r:
+def _get_json(url: str, opener=None):
+    with (opener.open if opener else urllib.request.urlopen)(url, timeout=10) as r:
         return json.loads(r.read())
+
+
+def _opener_with_cookie(url_with_token: str) -> urllib.request.OpenerDirector:
+    """An opener that has visited the printed URL once: later requests go in with the cookie it was given."""
+    import http.cookiejar
+
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    deadline = time.time() + 60
+    while True:
+        try:
+            opener.open(url_with_token, timeout=10).read()
+            return opener
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def test_tensorboard_serves_every_run_by_its_values(sweep):
@@ -179,12 +195,19 @@ def test_tensorboard_serves_every_run_by_its_values(sweep):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     expected = {f"lr={lr}" for lr in LRS}
+    printed = []
     try:
+        while not any("Ctrl-C to stop" in line for line in printed):  # printed once TensorBoard answers
+            line = proc.stdout.readline()
+            assert line, proc.communicate()
+            printed.append(line)
+        url = next(line.split()[-1] for line in printed if "URL:" in line)
+        opener = _opener_with_cookie(url)  # the token once, then its cookie
         deadline, runs = time.time() + 120, []
         while time.time() < deadline and set(runs) != expected:
             assert proc.poll() is None, proc.communicate()
             try:
-                runs = _get_json(f"{base}/data/runs")
+                runs = _get_json(f"{base}/data/runs", opener)
             except OSError:
                 pass
             time.sleep(0.5)
@@ -192,12 +215,13 @@ def test_tensorboard_serves_every_run_by_its_values(sweep):
         truth = metrics_of(sweep)
         for idx, lr in enumerate(LRS[:3]):
             query = urllib.parse.urlencode({"run": f"lr={lr}", "tag": "train/loss"})
-            points = _get_json(f"{base}/data/plugin/scalars/scalars?{query}")
+            points = _get_json(f"{base}/data/plugin/scalars/scalars?{query}", opener)
             assert [p[1] for p in points] == [10, 20, 30]  # (wall time, step, value), log_every=10
             assert points[-1][2] == pytest.approx(truth[idx]["metrics"]["train/loss"], rel=1e-5, abs=1e-7)
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
+        out = "".join(printed) + out
     assert f"URL:        http://127.0.0.1:{port}/" in out
     assert re.search(rf"ssh -N -L {port}:127\.0\.0\.1:{port} \S+@\S+", out)
     # TensorBoard stopped with the command: nothing listens on its port (the bind a server makes, with

@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("sweep_dir", nargs="?", help=_SWEEP_HELP)
     t.add_argument("--port", type=int, help="port (default: 6006, or the next free one)")
     t.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: reach it by ssh tunnel)")
+    t.add_argument("--no-token", action="store_true",
+                   help="serve without the token (anyone who reaches the port can read the sweep)")
     return p
 
 
@@ -56,7 +58,7 @@ def run_subcommand(argv: List[str]) -> int:
             return cancel.run(sweep_dir, runs=args.run)
         from hpctrain.review import tensorboard
 
-        return tensorboard.run(sweep_dir, port=args.port, host=args.host)
+        return tensorboard.run(sweep_dir, port=args.port, host=args.host, token=not args.no_token)
     except SweepError as exc:
         print(f"hpctrain {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -3,11 +3,15 @@
 Run dir names can hold commas (Hydra joins overrides with them), which ``--logdir_spec`` cannot take,
 so the runs are presented as a folder of symlinks named by their values (``lr=0.001,seed=1``) pointing
 at each run's ``tb/``; links of runs not started yet dangle until their run writes its first event.
-TensorBoard runs as a child process bound to 127.0.0.1 unless ``--host`` says otherwise.
+TensorBoard runs as a child process (:mod:`hpctrain.review.tensorboard_server`, with the ``hpctrain`` tab)
+bound to 127.0.0.1 unless ``--host`` says otherwise, behind a random token: every user of a login node can
+reach its 127.0.0.1. The token goes to the child through a pipe (not argv: ``ps`` shows argv to all) and
+is printed only in the URL.
 """
 
 import getpass
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -16,7 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from hpctrain.core import paths as runfiles
 from hpctrain.review import fmt
@@ -99,17 +103,38 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def run(sweep_dir: Path, port: Optional[int] = None, host: str = "127.0.0.1") -> int:
-    sweep = load_sweep(sweep_dir)
+NO_TOKEN_WARNING = ("hpctrain tensorboard: warning: --no-token: anyone who can reach {where} (on a shared login "
+                    "node: every user logged in there) can read this sweep's runs, logs and configs")
+
+
+def server_command(links: Path, sweep_dir: Path, host: str, port: int, token: bool) -> List[str]:
+    # --load_fast=false: TensorBoard's data server would listen on a second, ungated local port
+    return [sys.executable, "-m", "hpctrain.review.tensorboard_server", *(["--token-stdin"] if token else []),
+            "--logdir", str(links), "--host", host, "--port", str(port), "--reload_interval", "15",
+            "--load_fast", "false", "--hpctrain_sweep_dir", str(sweep_dir)]
+
+
+def run(sweep_dir: Path, port: Optional[int] = None, host: str = "127.0.0.1", token: bool = True) -> int:
+    try:
+        sweep = load_sweep(sweep_dir)
+    except OSError as exc:
+        print(f"hpctrain tensorboard: error: {sweep_dir}: cannot be read ({exc.strerror or exc})", file=sys.stderr)
+        return 2
     if port is None:
         port = pick_port(host)
     elif not port_free(host, port):
         print(f"hpctrain tensorboard: error: port {port} on {host} is in use; pick another with --port", file=sys.stderr)
         return 2
     links = make_links(sweep)
-    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(links), "--host", host, "--port", str(port),
-           "--reload_interval", "15"]
-    proc = subprocess.Popen(cmd)
+    cmd = server_command(links, sweep_dir, host, port, token)
+    secret = secrets.token_urlsafe(32) if token else ""
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if token else subprocess.DEVNULL)
+    if proc.stdin is not None:
+        try:
+            proc.stdin.write(f"{secret}\n".encode())
+            proc.stdin.close()
+        except OSError:
+            pass  # the child died at once: reported below with its exit code
     signal.signal(signal.SIGTERM, _on_sigterm)  # `kill` stops TensorBoard too
     try:
         deadline = time.time() + START_TIMEOUT_S
@@ -126,11 +151,15 @@ def run(sweep_dir: Path, port: Optional[int] = None, host: str = "127.0.0.1") ->
         shown = login_host() if host in ("0.0.0.0", "") else host
         print(f"\nTensorBoard on {sweep_dir}: {len(run_names(sweep))} runs, named by "
               f"{', '.join(sweep.swept) or 'their overrides'}")
-        print(f"  URL:        http://{shown}:{port}/")
+        query = f"?token={secret}" if secret else ""
+        print(f"  URL:        http://{shown}:{port}/{query}")
         target = "127.0.0.1" if host in ("0.0.0.0", "", "localhost", "127.0.0.1") else host
         print(f"  ssh tunnel: ssh -N -L {port}:{target}:{port} {getpass.getuser()}@{login_host()}"
-              f"   (then open http://localhost:{port}/ on your machine)")
+              f"   (then open http://localhost:{port}/{query} on your machine)")
+        print("  The hpctrain tab: every run's state, the queue, failed runs' errors; it refreshes by itself.")
         print("  Ctrl-C to stop.", flush=True)
+        if not secret:
+            print(NO_TOKEN_WARNING.format(where=f"{host}:{port}"), file=sys.stderr, flush=True)
         return proc.wait()
     finally:
         _stop(proc)
