@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from hpctrain.core import events as record
-from hpctrain.core import paths as runfiles
+from hpctrain.core import summary
 from hpctrain.launch.checks import validate_job
 from hpctrain.schema import register_configs
 
@@ -31,9 +31,9 @@ def train(cfg: DictConfig) -> float:
     """One run; returns its objective value (metrics.json holds the whole result)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if record.is_completed(run_dir):
-        summary = runfiles.read_metrics(run_dir) or {}
-        log.info("%s already completed at step %s: nothing to do", run_dir, summary.get("step"))
-        return objective_value(summary)
+        done = summary.read(run_dir) or {}
+        log.info("%s already completed at step %s: nothing to do", run_dir, done.get("step"))
+        return objective_value(done)
 
     problems = validate_job(cfg)
     if problems:
@@ -52,7 +52,7 @@ def train(cfg: DictConfig) -> float:
         result = trainer.fit()
         if own_record:
             record.completed(run_dir)
-            record.write_summary(run_dir)
+            summary.write(run_dir)
         objective = result["objective"]
         log.info("run %s: step %d, %s %s", run_dir, result["step"], objective["metric"], objective["value"])
         failed = False
@@ -73,7 +73,7 @@ def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:
     from hpctrain.train.trainer import error_tail
 
     record.failed(run_dir, error_tail(exc), rank=rank)
-    record.write_summary(run_dir)
+    summary.write(run_dir)
 
 
 # The launcher calls this on the login node for every sweep point before submitting anything.

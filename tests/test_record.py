@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.core import events as record
-from hpctrain.core import paths as runfiles
-from hpctrain.core.events import State
+from hpctrain.core import events, summary
+from hpctrain.core.atomic import write_json_atomic
+from hpctrain.core.state import Event, State, fold
 
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 
@@ -20,69 +20,69 @@ def _events(tmp_path: Path, steps):
     for i, (kind, rank, details) in enumerate(steps):
         path = tmp_path / f"{i:020d}.{kind}.{rank}.x{i}.json"
         path.write_text(json.dumps({"kind": kind, **details}))
-        out.append(record.Event(i, kind, rank, str(path)))
+        out.append(Event(i, kind, rank, str(path)))
     return out
 
 
-def _retimed(events):
-    return [record.Event(t, e.kind, e.rank, e.path) for t, e in enumerate(events)]
+def _retimed(written):
+    return [Event(t, e.kind, e.rank, e.path) for t, e in enumerate(written)]
 
 
 def test_transitions_lead_to_their_states(tmp_path):
     run = tmp_path / "run"
-    assert record.read(run).state is None
-    record.submitted(run)
-    assert record.read(run).state is State.QUEUED
-    record.started(run, job_id="7_0")
-    rs = record.read(run)
+    assert events.read(run).state is None
+    events.submitted(run)
+    assert events.read(run).state is State.QUEUED
+    events.started(run, job_id="7_0")
+    rs = events.read(run)
     assert rs.state is State.RUNNING and rs.job_id == "7_0" and rs.starts == 1
-    record.failed(run, "ValueError: boom", rank=0)
-    assert record.read(run).state is State.FAILED
-    assert record.retry_allowed(run, max_retries=1) == 1
-    record.retrying(run, 1, 1)
-    assert record.read(run).state is State.RETRYING
-    record.started(run, job_id="7_0")
-    record.requeued(run)
-    assert record.read(run).state is State.REQUEUED
-    record.started(run, job_id="7_0")
-    record.failed(run, "ValueError: boom again", rank=0)
-    rs = record.read(run)
+    events.failed(run, "ValueError: boom", rank=0)
+    assert events.read(run).state is State.FAILED
+    assert events.retry_allowed(run, max_retries=1) == 1
+    events.retrying(run, 1, 1)
+    assert events.read(run).state is State.RETRYING
+    events.started(run, job_id="7_0")
+    events.requeued(run)
+    assert events.read(run).state is State.REQUEUED
+    events.started(run, job_id="7_0")
+    events.failed(run, "ValueError: boom again", rank=0)
+    rs = events.read(run)
     assert rs.state is State.FAILED and rs.retries == 1 and rs.restarts == 2 and rs.error == "ValueError: boom again"
-    assert record.retry_allowed(run, max_retries=1) is None  # budget used
-    record.submitted(run)  # a rerun starts afresh
-    assert record.read(run).state is State.QUEUED and record.read(run).retries == 0
-    record.started(run)
-    record.completed(run)
-    assert record.read(run).state is State.COMPLETED and record.is_completed(run)
+    assert events.retry_allowed(run, max_retries=1) is None  # budget used
+    events.submitted(run)  # a rerun starts afresh
+    assert events.read(run).state is State.QUEUED and events.read(run).retries == 0
+    events.started(run)
+    events.completed(run)
+    assert events.read(run).state is State.COMPLETED and events.is_completed(run)
 
 
 @pytest.mark.parametrize("kind, state", [("cancelled", State.CANCELLED), ("pruned", State.PRUNED),
                                          ("timed_out", State.TIMEOUT)])
 def test_final_states(tmp_path, kind, state):
-    record.submitted(tmp_path)
-    record.started(tmp_path)
-    getattr(record, kind)(tmp_path)
-    assert record.read(tmp_path).state is state
+    events.submitted(tmp_path)
+    events.started(tmp_path)
+    getattr(events, kind)(tmp_path)
+    assert events.read(tmp_path).state is state
 
 
 def test_each_transition_is_one_new_file(tmp_path):
-    record.started(tmp_path, rank=0)
-    record.failed(tmp_path, "x", rank=1)
-    names = os.listdir(record.record_dir(tmp_path))
-    assert len(names) == 2 and all(record.parse_name(n) for n in names)
+    events.started(tmp_path, rank=0)
+    events.failed(tmp_path, "x", rank=1)
+    names = os.listdir(events.record_dir(tmp_path))
+    assert len(names) == 2 and all(events.parse_name(n) for n in names)
 
 
 def test_garbage_and_torn_files_are_skipped_the_rest_stands(tmp_path):
-    record.submitted(tmp_path)
-    record.started(tmp_path, job_id="5")
-    record.failed(tmp_path, "RuntimeError: own", rank=1)
-    d = Path(record.record_dir(tmp_path))
+    events.submitted(tmp_path)
+    events.started(tmp_path, job_id="5")
+    events.failed(tmp_path, "RuntimeError: own", rank=1)
+    d = Path(events.record_dir(tmp_path))
     (d / "not-an-event.json").write_text("{")
     (d / ".00000000000000000001.failed.0.tmp").write_text("")  # a temp file of a writer that died
     (d / "99999999999999999999.completed.x.y.json").write_text("{}")  # bad rank: skipped
     torn = d / "00000000000000000002.failed.0.zz.json"  # a torn file under a good name counts, details lost
     torn.write_text('{"kind": "fail')
-    rs = record.read(tmp_path)
+    rs = events.read(tmp_path)
     assert rs.state is State.FAILED and rs.error == "RuntimeError: own" and rs.failed_rank == 1
     assert rs.starts == 1
 
@@ -92,13 +92,13 @@ def test_own_error_wins_over_fallout_in_any_order(tmp_path):
     fallout = ("failed", 0, {"error": "RuntimeError: Connection closed by peer", "fallout": True})
     batch = ("failed", -1, {"error": "the job's tasks ended with exit code 1", "fallout": False})
     for order in itertools.permutations([own, fallout, batch]):
-        rs = record.fold(_events(tmp_path, [("submitted", -1, {}), ("started", 0, {})] + list(order)))
+        rs = fold(_events(tmp_path, [("submitted", -1, {}), ("started", 0, {})] + list(order)))
         assert rs.error.startswith("torch.OutOfMemoryError") and rs.failed_rank == 1
 
 
 def test_fallout_is_recognised():
-    assert record.is_fallout("RuntimeError: [../third_party/gloo/...] Connection closed by peer [127.0.0.1]:1234")
-    assert not record.is_fallout("ValueError: bad lr")
+    assert events.is_fallout("RuntimeError: [../third_party/gloo/...] Connection closed by peer [127.0.0.1]:1234")
+    assert not events.is_fallout("ValueError: bad lr")
 
 
 def _interleavings(a, b):
@@ -129,7 +129,7 @@ def test_fold_is_the_same_for_every_interleaving_of_two_ranks(tmp_path, rank0, r
     for k, merged in enumerate(_interleavings(rank0, rank1)):
         sub = tmp_path / str(k)
         sub.mkdir()
-        rs = record.fold(_events(sub, head + merged))
+        rs = fold(_events(sub, head + merged))
         results.add((rs.state, rs.error, rs.failed_rank, rs.retries, rs.starts))
     assert len(results) == 1, results
     state, error, failed_rank, retries, starts = results.pop()
@@ -139,18 +139,18 @@ def test_fold_is_the_same_for_every_interleaving_of_two_ranks(tmp_path, rank0, r
 
 
 def test_summary_takes_status_from_the_record(tmp_path):
-    record.submitted(tmp_path)
-    record.started(tmp_path)
-    record.write_summary(tmp_path, step=3, metrics={"train/loss": 1.0})
-    record.failed(tmp_path, "ValueError: bad", rank=2)
-    summary = record.write_summary(tmp_path, status="completed")  # a caller cannot overrule the record
-    assert summary["status"] == "failed" and summary["error"] == "ValueError: bad" and summary["failed_rank"] == 2
-    assert runfiles.read_metrics(tmp_path)["step"] == 3
+    events.submitted(tmp_path)
+    events.started(tmp_path)
+    summary.write(tmp_path, step=3, metrics={"train/loss": 1.0})
+    events.failed(tmp_path, "ValueError: bad", rank=2)
+    written = summary.write(tmp_path, status="completed")  # a caller cannot overrule the record
+    assert written["status"] == "failed" and written["error"] == "ValueError: bad" and written["failed_rank"] == 2
+    assert summary.read(tmp_path)["step"] == 3
 
 
 def test_runs_without_a_record_fall_back_to_metrics_json(tmp_path):
-    runfiles.write_json_atomic(tmp_path / "metrics.json", {"status": "completed"})
-    assert record.is_completed(tmp_path)
+    write_json_atomic(tmp_path / "metrics.json", {"status": "completed"})
+    assert events.is_completed(tmp_path)
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -159,4 +159,4 @@ def test_runs_without_a_record_fall_back_to_metrics_json(tmp_path):
     (None, {}), (True, {}), ("text", {}),
 ])
 def test_return_values_as_metrics(value, expected):
-    assert record.numbers(value) == expected
+    assert summary.numbers(value) == expected

@@ -1,26 +1,188 @@
-"""The files of a run directory and of a sweep directory, and atomic JSON writes.
+"""Every file name of a run dir, a sweep dir and a submission, as submitit's ``JobPaths``: ``RunPaths``,
+``SweepPaths``, ``SubmissionPaths``. Nothing else spells these names.
 
 Shared by both wings (trainer and login-node commands): no torch here.
 """
 
-import json
 import os
 import re
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Union
+
+# the writers' own module; these names stay importable from here for call sites not moved yet
+from hpctrain.core.atomic import read_json, write_bytes_atomic, write_json_atomic, write_text_atomic  # noqa: F401
+
+PathLike = Union[str, Path]
 
 METRICS = "metrics.json"
-PACKED_LOG = os.path.join(".hpctrain", "task.log")  # a packed run's own output, under its run dir
+HPCTRAIN_DIR = ".hpctrain"  # hpctrain's own files, in a run dir and in a sweep dir
+PACKED_LOG = os.path.join(HPCTRAIN_DIR, "task.log")  # a packed run's own output, under its run dir
 PACKED_CANCELLED = "cancelled (its record says so)"  # the task's note in that log when it stopped the run
+RECORD_DIR = os.path.join(HPCTRAIN_DIR, "record")  # the run's event log (hpctrain.core.events)
 TB_DIR = "tb"
-CKPT = Path("checkpoints") / "last.pt"
+CKPT_DIR = "checkpoints"
+CKPT = Path(CKPT_DIR) / "last.pt"
+PREVIOUS_CKPT = "previous.pt"
 HYDRA_DIR = ".hydra"
 SWEEP_MANIFEST = "sweep.json"  # written by the launcher into the sweep dir
 SUBMITIT_DIR = ".submitit"
+MULTIRUN_YAML = "multirun.yaml"  # Hydra's own record of a multirun, in the sweep dir
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The files of one run dir."""
+
+    root: Path
+
+    def __init__(self, root: PathLike) -> None:
+        object.__setattr__(self, "root", Path(root))
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS
+
+    @property
+    def metrics_lock(self) -> Path:
+        """The sidecar every metrics.json writer locks (hpctrain.core.summary)."""
+        return self.root / HPCTRAIN_DIR / "metrics.lock"
+
+    @property
+    def tb(self) -> Path:
+        return self.root / TB_DIR
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / CKPT_DIR
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.root / CKPT
+
+    @property
+    def previous_checkpoint(self) -> Path:
+        return self.checkpoints / PREVIOUS_CKPT
+
+    @property
+    def hydra(self) -> Path:
+        return self.root / HYDRA_DIR
+
+    @property
+    def hydra_config(self) -> Path:
+        return self.hydra / "config.yaml"
+
+    @property
+    def hydra_yaml(self) -> Path:
+        return self.hydra / "hydra.yaml"
+
+    @property
+    def overrides_yaml(self) -> Path:
+        return self.hydra / "overrides.yaml"
+
+    @property
+    def record(self) -> Path:
+        """The run's event log: one file per event (hpctrain.core.events)."""
+        return self.root / RECORD_DIR
+
+    @property
+    def packed_log(self) -> Path:
+        return self.root / PACKED_LOG
+
+
+@dataclass(frozen=True)
+class SubmissionPaths:
+    """The files of one submission: ``<sweep>/.hpctrain/submission-N`` (.pkl, .runs.json, N/record.json, N/code)."""
+
+    sweep_dir: Path
+    number: int
+
+    @property
+    def base(self) -> Path:
+        return self.sweep_dir / HPCTRAIN_DIR / f"submission-{self.number}"
+
+    @property
+    def payload(self) -> Path:
+        return self.base.with_suffix(".pkl")
+
+    @property
+    def runs_json(self) -> Path:
+        """Per task: its run dir, or a packed task's list of run dirs (read after each attempt)."""
+        return self.base.with_suffix(".runs.json")
+
+    @property
+    def record(self) -> Path:
+        """What ran (hpctrain.launch.provenance)."""
+        return self.base / "record.json"
+
+    @property
+    def code(self) -> Path:
+        return self.base / "code"
+
+
+@dataclass(frozen=True)
+class SweepPaths:
+    """The files of a sweep dir."""
+
+    root: Path
+
+    def __init__(self, root: PathLike) -> None:
+        object.__setattr__(self, "root", Path(root))
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / SWEEP_MANIFEST
+
+    @property
+    def manifest_lock(self) -> Path:
+        """The sidecar every sweep.json writer locks (hpctrain.core.manifest)."""
+        return self.hpctrain / "sweep.lock"
+
+    @property
+    def multirun_yaml(self) -> Path:
+        return self.root / MULTIRUN_YAML
+
+    @property
+    def submitit(self) -> Path:
+        return self.root / SUBMITIT_DIR
+
+    @property
+    def hpctrain(self) -> Path:
+        return self.root / HPCTRAIN_DIR
+
+    def submission(self, number: int) -> SubmissionPaths:
+        return SubmissionPaths(self.root, number)
+
+    def submissions(self) -> List[SubmissionPaths]:
+        """The submissions made so far, by their payloads, in order."""
+        found = []
+        for path in self.hpctrain.glob("submission-*.pkl"):
+            m = re.fullmatch(r"submission-(\d+)\.pkl", path.name)
+            if m:
+                found.append(int(m.group(1)))
+        return [self.submission(n) for n in sorted(found)]
+
+    def next_submission(self) -> SubmissionPaths:
+        return self.submission(len(list(self.hpctrain.glob("submission-*.pkl"))))
+
+    @property
+    def study_journal(self) -> Path:
+        """A search sweep's Optuna journal."""
+        return self.hpctrain / "study.journal"
+
+    @property
+    def trials(self) -> Path:
+        """A search sweep's leases (``<number>.json``) and heartbeats; also the name of its trials lock."""
+        return self.hpctrain / "trials"
+
+    @property
+    def workers(self) -> Path:
+        """A search sweep's worker announcements (``<job id>.json``) and placeholder run dirs."""
+        return self.hpctrain / "workers"
+
+    @property
+    def tensorboard_links(self) -> Path:
+        return self.hpctrain / "tensorboard"
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
 _ENV_REF = re.compile(r"oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -51,41 +213,10 @@ def redacted(cfg: Any) -> Dict[str, Any]:
     return walk(raw, resolved)
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """The one temp-file-and-rename: readers see the old file or the whole new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; others on the shared storage may read
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def read_metrics(run_dir: PathLike) -> Optional[Dict[str, Any]]:
+    return read_json(RunPaths(run_dir).metrics)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True, default=str))
-
-
-def read_json(path: "str | Path") -> Optional[Dict[str, Any]]:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def read_metrics(run_dir: Path) -> Optional[Dict[str, Any]]:
-    return read_json(Path(run_dir) / METRICS)
-
-
-def read_manifest(sweep_dir: Path) -> Optional[Dict[str, Any]]:
-    return read_json(Path(sweep_dir) / SWEEP_MANIFEST)
+def read_manifest(sweep_dir: PathLike) -> Optional[Dict[str, Any]]:
+    """sweep.json as raw JSON (hpctrain.core.manifest reads it typed)."""
+    return read_json(SweepPaths(sweep_dir).manifest)

@@ -15,25 +15,26 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from hpctrain.core import events as record
+from hpctrain.core import events, summary
+from hpctrain.core.state import State
 from hpctrain.slurm import query as slurm
 
 
 def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "") -> Optional[int]:
     """Record a silent death, decide a retry; the retry number when the run is to be retried, else None."""
-    rs = record.read(run_dir)
+    rs = events.read(run_dir)
     # RETRYING too: a retry attempt whose tasks died before the run started (a packed task's parent
     # crashed, a broken environment) would otherwise stay "retrying" with nothing left to run it
-    if rs.state in (record.State.RUNNING, record.State.QUEUED, record.State.RETRYING) and exit_code != 0:
+    if rs.state in (State.RUNNING, State.QUEUED, State.RETRYING) and exit_code != 0:
         where = f"; see {log_path}" if log_path else ""
-        record.failed(run_dir, f"the job's tasks ended with exit code {exit_code} while the run was still running "
+        events.failed(run_dir, f"the job's tasks ended with exit code {exit_code} while the run was still running "
                                f"(killed, out of memory, or a node failure){where}", fallout=False)
-    attempt = record.retry_allowed(run_dir, max_retries)
+    attempt = events.retry_allowed(run_dir, max_retries)
     if attempt is not None:
-        record.retrying(run_dir, attempt, max_retries)
+        events.retrying(run_dir, attempt, max_retries)
         print(f"hpctrain: {run_dir.name} failed; retry {attempt} of {max_retries}", file=sys.stderr, flush=True)
     if rs.state is not None:
-        record.write_summary(run_dir)
+        summary.write(run_dir)
     return attempt
 
 
@@ -53,8 +54,8 @@ def main(argv: list) -> int:
         if ans.stdout is None:  # the retry cannot happen: the runs end failed, saying why
             for run_dir, retry in zip(run_dirs, retries):
                 if retry is not None:
-                    record.failed(run_dir, f"retry not possible: scontrol requeue {job_id} failed: {ans.error}")
-                    record.write_summary(run_dir)
+                    events.failed(run_dir, f"retry not possible: scontrol requeue {job_id} failed: {ans.error}")
+                    summary.write(run_dir)
             print(f"hpctrain: scontrol requeue {job_id} failed: {ans.error}", file=sys.stderr)
             return 1
     return 0

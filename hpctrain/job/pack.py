@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain._compat.submitit import preemption_signal
 from hpctrain.core import paths as runfiles
+from hpctrain.core.state import FINAL, State
 from hpctrain.job.preemption import requeue_with
 
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
@@ -94,7 +95,7 @@ class PackJob:
         todo = []
         for point in points:
             state = record.read(point[2]).state
-            if state in record.FINAL:  # completed, or ended for good: never run twice
+            if state in FINAL:  # completed, or ended for good: never run twice
                 print(f"hpctrain pack: #{point[0]} {Path(point[2]).name} is {state}: not run again", flush=True)
             else:
                 todo.append(point)
@@ -130,7 +131,7 @@ class PackJob:
                 if done:
                     codes[idx] = os.waitstatus_to_exitcode(status)
                     print(f"hpctrain pack: #{idx} ended, exit code {codes[idx]}", flush=True)
-                elif look and record.read(run_dir).state == record.State.CANCELLED:
+                elif look and record.read(run_dir).state is State.CANCELLED:
                     os.kill(pid, signal.SIGKILL)  # cancelled: nothing to keep (submitit's children ignore SIGTERM)
                     cancelled.add(idx)
                     _note(run_dir, f"hpctrain pack: #{idx} {runfiles.PACKED_CANCELLED}: stopped pid {pid}")
@@ -210,6 +211,7 @@ def _ranges(cpus: List[int]) -> str:
 def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
     """One packed run, in its own process: SweepJob as a one-run task would call it."""
     from hpctrain.core import events as record
+    from hpctrain.core import summary
 
     idx, overrides, run_dir = json.loads(point_json)
     signum = preemption_signal()
@@ -217,7 +219,7 @@ def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
     def requeue(sig: int, frame: Any) -> None:
         """The trainer hands the signal here after its checkpoint (or it came before training began)."""
         record.requeued(run_dir)
-        record.write_summary(run_dir)
+        summary.write(run_dir)
         os._exit(REQUEUE_EXIT)
 
     signal.signal(signum, requeue)

@@ -25,6 +25,7 @@ from omegaconf import open_dict
 from hpctrain._compat.hydra import stored_value
 from hpctrain.core import events as record
 from hpctrain.core import paths as runfiles
+from hpctrain.core import summary
 
 
 def save_payload(path: Path, hydra_context: Any, task_function: Any, config: Any) -> None:
@@ -67,23 +68,23 @@ class SweepJob:
             record.timed_out(run_dir, str(exc), rank=env.global_rank)
         else:
             record.failed(run_dir, _error_tail(exc), rank=env.global_rank, job_id=env.job_id)
-        record.write_summary(run_dir)  # the batch script (or local launcher) writes it again once all ranks ended
+        summary.write(run_dir)  # the batch script (or local launcher) writes it again once all ranks ended
         return ret.return_value  # re-raises the task's exception: a non-zero exit ends the step
 
     @staticmethod
     def _completed(run_dir: str, value: Any, app: str) -> None:
         """The return value (a number or a dict of numbers) becomes the run's final metrics, unless the
         app wrote its own (hpctrain's trainer does)."""
-        summary = runfiles.read_metrics(Path(run_dir)) or {}
-        fields = {} if summary.get("metrics") else {"metrics": record.numbers(value)}
+        done = summary.read(run_dir) or {}
+        fields = {} if done.get("metrics") else {"metrics": summary.numbers(value)}
         record.completed(run_dir, app=app)
-        record.write_summary(run_dir, **fields)
+        summary.write(run_dir, **fields)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2 (rank 0): requeue the same call; the app resumes from its checkpoint."""
         run_dir = args[2] if len(args) > 2 else kwargs["run_dir"]
         record.requeued(run_dir)
-        record.write_summary(run_dir)
+        summary.write(run_dir)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 

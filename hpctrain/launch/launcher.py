@@ -8,7 +8,6 @@ import logging
 import os
 import shlex
 import sys
-import time
 from inspect import signature
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -19,8 +18,9 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hpctrain.core import events as record
+from hpctrain.core import events, manifest
 from hpctrain.core import paths as runfiles
+from hpctrain.core.run import RunSpec
 from hpctrain.launch import provenance, snapshot
 from hpctrain.launch.container import check_container, container_command, default_binds
 from hpctrain.launch.plan import Run, exclude_constant_keys, plan_runs
@@ -115,8 +115,8 @@ class BaseLauncher(Launcher):
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
 
-        app = record.app_fingerprint(self.task_function)
-        completed = [record.is_completed(r.run_dir, app) for r in runs]  # a rerun finishes what is left
+        app = events.app_fingerprint(self.task_function)
+        completed = [events.is_completed(r.run_dir, app) for r in runs]  # a rerun finishes what is left
         done = [r for r, c in zip(runs, completed) if c]
         todo = [r for r, c in zip(runs, completed) if not c]
         k = self.runs_per_task()
@@ -277,33 +277,30 @@ class BaseLauncher(Launcher):
 
     def record_submission(self, sweep_dir: Path, runs: List[Run]) -> None:
         """Before anything starts: this submission's runs in sweep.json and in their event logs."""
-        manifest = runfiles.read_manifest(sweep_dir) or {"runs": {}, "submissions": []}
         app = getattr(self.task_function, "__module__", None)
         if app == "__main__":  # a script run as `python train.py`: the script is the app
             app = os.path.abspath(sys.argv[0])
-        manifest.update(launcher=self.kind, app=app,
-                        submitit_folder=str(self.params.submitit_folder), launcher_pid=os.getpid())
-        manifest["submissions"].append({"time": time.time(), "job_ids": [], "runs": [r.idx for r in runs],
-                                        "launcher_pid": os.getpid()})
         for run in runs:
-            record.submitted(run.run_dir)  # retries count from here
-            manifest["runs"][str(run.idx)] = {
-                "name": run.name,
-                "run_dir": os.path.relpath(run.run_dir, sweep_dir),
-                "overrides": run.overrides,
-                "job_id": None,  # filled in once the job exists
-                "max_steps": run.max_steps,
-            }
-        runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
+            events.submitted(run.run_dir)  # retries count from here
+
+        def add(m: manifest.Manifest) -> None:
+            m.launcher, m.app, m.submitit_folder, m.launcher_pid = (
+                self.kind, app, str(self.params.submitit_folder), os.getpid())
+            m.submissions.append(manifest.Submission(runs=[r.idx for r in runs], launcher_pid=os.getpid()))
+            for run in runs:
+                spec = RunSpec(run.idx, tuple(run.overrides), Path(run.run_dir).absolute(), run.max_steps)
+                m.runs[run.idx] = manifest.RunEntry(spec)  # job_id: filled in once the job exists
+
+        manifest.update(sweep_dir, add)
 
     def record_job_ids(self, sweep_dir: Path, job_ids: Dict[int, str]) -> None:
-        manifest = runfiles.read_manifest(sweep_dir)
-        assert manifest is not None, "record_submission() writes it first"
-        submission = manifest["submissions"][-1]
-        submission["job_ids"] = sorted(set(submission["job_ids"]) | set(slurm_parse.array_ids(job_ids.values())))
-        for idx, job_id in job_ids.items():
-            manifest["runs"][str(idx)]["job_id"] = job_id
-        runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
+        def add(m: manifest.Manifest) -> None:
+            submission = m.last_submission()
+            submission.job_ids = sorted(set(submission.job_ids) | set(slurm_parse.array_ids(job_ids.values())))
+            for idx, job_id in job_ids.items():
+                m.runs[idx].job_id = job_id
+
+        manifest.update(sweep_dir, add)
 
     def report_results(self, runs: List[Run], returns: List[JobReturn], sweep_dir: Path) -> List[JobReturn]:
         """One line per ended run, the counts, and a non-zero exit (LaunchError) when a run failed."""
@@ -319,11 +316,11 @@ class BaseLauncher(Launcher):
         """Rank 0's JobReturn as Hydra's ``run_job`` made it (cfg, hydra_cfg, task_name, working_dir, the
         return value), or the job's exception as a failed JobReturn."""
         if self.runs_per_task() > 1:  # a packed task returns no JobReturn per run: its record says
-            status = JobStatus.COMPLETED if record.is_completed(run.run_dir) else JobStatus.FAILED
+            status = JobStatus.COMPLETED if events.is_completed(run.run_dir) else JobStatus.FAILED
             ret = self._placeholder(run, status)
             summary = runfiles.read_metrics(run.run_dir) or {}
             ret.return_value = summary.get("metrics") if status == JobStatus.COMPLETED else RuntimeError(
-                str(summary.get("error") or f"run {run.idx} ended {record.state_of(run.run_dir)}"))
+                str(summary.get("error") or f"run {run.idx} ended {events.state_of(run.run_dir)}"))
             return ret
         try:
             ret = job.results()[0]
@@ -387,7 +384,7 @@ def summary_lines(runs: List[Run]) -> List[str]:
         value = metrics.get(name)
         shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
         values = " ".join(filter_overrides(run.overrides)) or "(defaults)"
-        state = record.state_of(run.run_dir) or "unknown"
+        state = events.state_of(run.run_dir) or "unknown"
         lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name.split('/')[-1]}={shown:<8} "
                      f"tb={run.run_dir / runfiles.TB_DIR}")
     return lines

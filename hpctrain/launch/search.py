@@ -11,7 +11,6 @@ Its settings are ``SearchSweeperConf`` in the plugin package; optuna is imported
 
 import importlib.util
 import os
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -20,7 +19,9 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from hpctrain.core import manifest
 from hpctrain.core import paths as runfiles
+from hpctrain.core.state import Direction
 from hpctrain.launch.launcher import BaseLauncher, LaunchError, implementation_of
 from hpctrain.launch.plan import Run, plan_runs
 from hpctrain.search.space import Space, check, parse
@@ -99,7 +100,6 @@ class SearchSweeper(Sweeper):
 
     def _submit(self, launcher: BaseLauncher, runs: List[Run], settings: Any, python: str, sweep_dir: Path) -> Any:
         from hpctrain.job.wrapper import save_payload
-        from hpctrain.search import study as studies
         from hpctrain.search.worker import SearchWorker
 
         problems = launcher.plan_snapshot(sweep_dir)  # workers run the code as it was at submit time
@@ -110,19 +110,18 @@ class SearchSweeper(Sweeper):
         context = launcher.take_snapshot(sweep_dir, [], python)
         save_payload(payload, context, self.task_function, self.config)
         runfiles.write_json_atomic(payload.with_suffix(".runs.json"), [str(r.run_dir) for r in runs])
-        with studies.trials_lock(sweep_dir):
-            manifest = runfiles.read_manifest(sweep_dir) or {"runs": {}, "submissions": []}
-            manifest.update(launcher=launcher.kind, app=getattr(self.task_function, "__module__", None),
-                            submitit_folder=str(launcher.params.submitit_folder), launcher_pid=os.getpid(),
-                            search={"n_trials": settings.n_trials, "sampler": settings.sampler,
-                                    "pruner": settings.pruner, "metric": settings.metric,
-                                    "direction": settings.direction})
-            manifest["submissions"].append({"time": time.time(), "job_ids": [], "workers": len(runs),
-                                            "launcher_pid": os.getpid()})
-            runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
+        def add(m: manifest.Manifest) -> None:
+            m.launcher, m.app, m.submitit_folder, m.launcher_pid = (
+                launcher.kind, getattr(self.task_function, "__module__", None),
+                str(launcher.params.submitit_folder), os.getpid())
+            m.search = {"n_trials": settings.n_trials, "sampler": settings.sampler, "pruner": settings.pruner,
+                        "metric": settings.metric, "direction": Direction.parse(settings.direction).optuna}
+            m.submissions.append(manifest.Submission(launcher_pid=os.getpid(), extra={"workers": len(runs)}))
+
+        manifest.update(sweep_dir, add)
         worker = SearchWorker(str(payload), str(sweep_dir), settings)
         print(f"hpctrain: search of {settings.n_trials} trials ({settings.sampler}, pruner {settings.pruner}, "
-              f"{settings.metric or 'return value'} {settings.direction[:3]}) by {len(runs)} worker(s)", flush=True)
+              f"{settings.metric or 'return value'} {Direction.parse(settings.direction)}) by {len(runs)} worker(s)", flush=True)
         # the launcher records job ids per run; here the runs are workers, recorded with the submission
         launcher.record_job_ids = lambda folder, ids: self._record_workers(folder, list(ids.values()))
         jobs = launcher.submit([[r] for r in runs], worker, python, sweep_dir)  # one worker per task
@@ -144,14 +143,13 @@ class SearchSweeper(Sweeper):
 
     @staticmethod
     def _record_workers(sweep_dir: Path, job_ids: List[str]) -> None:
-        from hpctrain.search import study as studies
+        def add(m: manifest.Manifest) -> None:
+            sub = m.last_submission()
+            workers = sorted(set(sub.extra.get("worker_job_ids", [])) | set(job_ids))
+            sub.extra["worker_job_ids"] = workers
+            sub.job_ids = sorted({i.split("_")[0] for i in workers})
 
-        with studies.trials_lock(sweep_dir):
-            manifest = runfiles.read_manifest(sweep_dir) or {"submissions": [{}]}
-            sub = manifest["submissions"][-1]
-            sub["worker_job_ids"] = sorted(set(sub.get("worker_job_ids", [])) | set(job_ids))
-            sub["job_ids"] = sorted({i.split("_")[0] for i in sub["worker_job_ids"]})
-            runfiles.write_json_atomic(Path(sweep_dir) / runfiles.SWEEP_MANIFEST, manifest)
+        manifest.update(sweep_dir, add)
 
     def _final(self, sweep_dir: Path, settings: Any) -> Any:
         """After the workers ended (local, or ``wait=true``): the counts and the best trial."""
@@ -217,8 +215,8 @@ class SearchSweeper(Sweeper):
         cfg = sample.cfg if sample is not None else None
         default = "val/loss" if getattr(self.task_function, "validate_job", None) is not None else None
         metric = OmegaConf.select(cfg, "objective.metric", default=default) if cfg is not None else default
-        mode = str(OmegaConf.select(cfg, "objective.mode", default="min")) if cfg is not None else "min"
-        return metric, ("maximize" if mode == "max" else "minimize")
+        mode = OmegaConf.select(cfg, "objective.mode", default=Direction.MIN.value) if cfg is not None else None
+        return metric, Direction.parse(mode or Direction.MIN).optuna
 
     def _settings(self, space: Space, metric: Optional[str], direction: str, launcher: BaseLauncher) -> Any:
         from hpctrain.search.study import Settings

@@ -17,10 +17,11 @@ from typing import Dict, List, Optional
 
 from rich.markup import escape
 
-from hpctrain.core import events as record
-from hpctrain.core import paths as runfiles
+from hpctrain.core import events, summary
+from hpctrain.core.paths import PACKED_CANCELLED, RunPaths
+from hpctrain.core.state import ACTIVE, State
 from hpctrain.review import fmt, jobs
-from hpctrain.review.runs import ACTIVE, RunRecord, Snapshot, collect, packed_job_ids
+from hpctrain.review.runs import RunRecord, Snapshot, collect, packed_job_ids
 from hpctrain.review.status import counts_line
 from hpctrain.review.sweep import load_sweep
 from hpctrain.slurm import parse as slurm_parse
@@ -68,7 +69,7 @@ def _local(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, i
                 and (whole or spec.idx in chosen)]
         if whole:
             launcher = jobs.local_launcher([job_id for _, job_id in live], snap.sweep.launcher_pid)
-            if attempt == 0 and not live and any(r.state == "queued" for r in targets):
+            if attempt == 0 and not live and any(r.state is State.QUEUED for r in targets):
                 print("hpctrain cancel: warning: no run of this local sweep is running, so its launcher cannot be "
                       "found; if it is still starting, stop it with Ctrl-C where it runs", file=sys.stderr)
             if launcher and not jobs.stop_process(launcher, "python"):
@@ -103,12 +104,12 @@ def _stopped_by_their_pack(runs: List[RunRecord]) -> set:
     running now (queued, requeued, retrying: their task skips a cancelled run when it starts again); waits
     up to WAIT_S for the running ones."""
     waiting = {r.idx: r for r in runs}
-    stopped = {i for i, r in waiting.items() if r.state != "running"}
+    stopped = {i for i, r in waiting.items() if r.state is not State.RUNNING}
     deadline = time.time() + WAIT_S
     while True:
         for i, r in waiting.items():
-            if i not in stopped and r.run_dir and runfiles.PACKED_CANCELLED in jobs.tail(
-                    os.path.join(r.run_dir, runfiles.PACKED_LOG), 4096):
+            if i not in stopped and r.run_dir and PACKED_CANCELLED in jobs.tail(
+                    str(RunPaths(r.run_dir).packed_log), 4096):
                 stopped.add(i)
         if len(stopped) == len(waiting) or time.time() > deadline:
             break
@@ -136,7 +137,7 @@ def run(sweep_dir: Path, runs: Optional[List[int]] = None) -> int:
     if not targets:
         print(f"nothing to cancel in {sweep_dir}: no run is queued or running")
         return 0
-    if snap.sweep.launcher == "local" and runs and any(r.state == "queued" for r in targets):
+    if snap.sweep.launcher == "local" and runs and any(r.state is State.QUEUED for r in targets):
         print("hpctrain cancel: error: a local sweep starts its pending runs as slots free up; cancel the whole "
               "sweep (without --run) or the running runs only", file=sys.stderr)
         return 2
@@ -144,7 +145,7 @@ def run(sweep_dir: Path, runs: Optional[List[int]] = None) -> int:
     by_pack = [] if whole else _left_to_their_pack(snap, targets)
     for r in targets:  # first: what ends now must not be retried (the retry decider reads the record)
         if r.run_dir:
-            record.cancelled(r.run_dir, job_id=r.job_id)
+            events.cancelled(r.run_dir, job_id=r.job_id)
     rest = [r for r in targets if r not in by_pack]
     done: Dict[str, int] = {}
     if rest and snap.sweep.launcher == "slurm":
@@ -154,7 +155,7 @@ def run(sweep_dir: Path, runs: Optional[List[int]] = None) -> int:
     stopped = _stopped_by_their_pack(by_pack)
     for r in targets:
         if r.run_dir and os.path.isdir(r.run_dir):
-            record.write_summary(r.run_dir)
+            summary.write(r.run_dir)
     con = fmt.console()
     for r in targets:
         ok = r.job_id in done or not r.job_id or r.idx in stopped  # no job id: a local run that never started

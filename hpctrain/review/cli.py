@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import List
 
+from hpctrain.core.state import Direction
 from hpctrain.review.sweep import SweepError, find_sweep_dir
 
 _SWEEP_HELP = "the sweep dir (default: the newest sweep under ./multirun)"
@@ -25,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="results table, best config, CSV/JSON/Markdown and plots")
     r.add_argument("sweep_dir", nargs="?", help=_SWEEP_HELP)
     r.add_argument("--metric", help="the metric to rank by (default: the sweep's objective, objective.metric; a search's own metric)")
-    r.add_argument("--mode", choices=("min", "max"), help="lower or higher is better (default: the objective's mode for its metric, else from the name)")
+    r.add_argument("--mode", choices=[d.value for d in Direction], help="lower or higher is better (default: the objective's mode for its metric, else from the name)")
 
     c = sub.add_parser("cancel", help="cancel what is still queued or running")
     c.add_argument("sweep_dir", nargs="?", help=_SWEEP_HELP)

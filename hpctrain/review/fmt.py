@@ -3,18 +3,20 @@
 import math
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-STATE_STYLE = {
-    "queued": "yellow",
-    "running": "cyan",
-    "requeued": "magenta",
-    "retrying": "magenta",
-    "completed": "green",
-    "pruned": "blue",
-    "failed": "bold red",
-    "timeout": "red",
-    "cancelled": "dim",
+from hpctrain.core.state import State
+
+STATE_STYLE: Mapping[State, str] = {
+    State.QUEUED: "yellow",
+    State.RUNNING: "cyan",
+    State.REQUEUED: "magenta",
+    State.RETRYING: "magenta",
+    State.COMPLETED: "green",
+    State.PRUNED: "blue",
+    State.FAILED: "bold red",
+    State.TIMEOUT: "red",
+    State.CANCELLED: "dim",
 }
 
 

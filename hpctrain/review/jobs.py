@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from hpctrain._compat.submitit import log_path, result_outcome  # noqa: F401 - submitit's folder layout
+from hpctrain.core.paths import METRICS, SweepPaths
+from hpctrain.core.state import State
+
 # Slurm writes these into the job's stderr; submitit logs the last one when it gives up.
 _MARKERS = [
-    ("timeout", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT|timed-out too many times")),
-    # "CANCELLED AT ... DUE TO NODE FAILURE" (seen on the test cluster with its node set down): no one cancelled it
-    ("failed", re.compile(r"CANCELLED AT \S+ DUE TO NODE FAIL")),
-    ("cancelled", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT")),
+    (State.TIMEOUT, re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT|timed-out too many times")),
+    # "CANCELLED AT ... DUE TO NODE FAILURE": no one cancelled it
+    (State.FAILED, re.compile(r"CANCELLED AT \S+ DUE TO NODE FAIL")),
+    (State.CANCELLED, re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT")),
 ]
 
 
@@ -46,9 +49,8 @@ def tail_lines(path: str, n: int = 10) -> List[str]:
     return lines[-n:]
 
 
-def log_marker(folder: Path, job_id: str) -> Optional[str]:
-    """``"timeout"``, ``"failed"`` (node failure) or ``"cancelled"`` when Slurm or submitit wrote so at the end of
-    the job's logs."""
+def log_marker(folder: Path, job_id: str) -> Optional[State]:
+    """Timeout, failed (node failure) or cancelled when Slurm or submitit wrote so at the end of the job's logs."""
     text = tail(log_path(folder, job_id, "err"), 4096) + tail(log_path(folder, job_id, "out"), 4096)
     for state, pattern in _MARKERS:
         if pattern.search(text):
@@ -94,14 +96,10 @@ def local_launcher(controllers: List[str], recorded: Optional[int] = None) -> Op
 
 
 def recently_active(sweep_dir: Path, run_dirs: List[str], within_s: float) -> bool:
-    """Whether the sweep wrote anything lately (Hydra's multirun.yaml, run events, a run's metrics.json)."""
+    """Whether the sweep wrote anything lately (Hydra's multirun.yaml, a run's metrics.json)."""
     now = time.time()
-    events = os.path.join(sweep_dir, ".hpctrain", "events")
-    paths = [os.path.join(sweep_dir, "multirun.yaml"), events] + [os.path.join(d, "metrics.json") for d in run_dirs]
-    try:
-        paths += [os.path.join(events, name) for name in os.listdir(events)]
-    except OSError:
-        pass
+    # plain strings: a thousand-run sweep asks this on every status
+    paths = [str(SweepPaths(sweep_dir).multirun_yaml)] + [os.path.join(d, METRICS) for d in run_dirs]
     for path in paths:
         try:
             if now - os.stat(path).st_mtime < within_s:

@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from hpctrain.core import paths as runfiles
+from hpctrain.core.atomic import write_bytes_atomic
+from hpctrain.core.paths import RunPaths
 
 Curve = List[Tuple[int, float]]  # (step, value)
 
@@ -19,7 +20,7 @@ def read_scalars(run_dir: Optional[str], tags: Iterable[str]) -> Dict[str, Curve
     """``{tag: [(step, value), ...]}`` for those of ``tags`` the run's ``tb/`` holds; {} without events."""
     if not run_dir:
         return {}
-    tb_dir = Path(run_dir) / runfiles.TB_DIR
+    tb_dir = RunPaths(run_dir).tb
     if not tb_dir.is_dir() or not any(p.name.startswith("events.out.tfevents") for p in tb_dir.iterdir()):
         return {}
     from tensorboard.backend.event_processing import event_accumulator as ea
@@ -36,11 +37,11 @@ def read_scalars(run_dir: Optional[str], tags: Iterable[str]) -> Dict[str, Curve
 
 
 def scalar_tags(run_dir: Optional[str]) -> List[str]:
-    if not run_dir or not (Path(run_dir) / runfiles.TB_DIR).is_dir():
+    if not run_dir or not RunPaths(run_dir).tb.is_dir():
         return []
     from tensorboard.backend.event_processing import event_accumulator as ea
 
-    acc = ea.EventAccumulator(str(Path(run_dir) / runfiles.TB_DIR), size_guidance={ea.SCALARS: 1})
+    acc = ea.EventAccumulator(str(RunPaths(run_dir).tb), size_guidance={ea.SCALARS: 1})
     try:
         acc.Reload()
     except Exception:  # noqa: BLE001
@@ -149,5 +150,5 @@ def _save(fig, plt, path: Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
-    runfiles.write_bytes_atomic(path, buf.getvalue())
+    write_bytes_atomic(path, buf.getvalue())
     return path

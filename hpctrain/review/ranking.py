@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from hpctrain.core import paths as runfiles
+from hpctrain.core.atomic import write_json_atomic, write_text_atomic
+from hpctrain.core.paths import RunPaths
+from hpctrain.core.state import FAILURES, Direction, State
 from hpctrain.review import fmt
 from hpctrain.review.runs import RunRecord
 
@@ -29,7 +31,7 @@ class Ranked:
 @dataclass
 class Ranking:
     metric: str
-    mode: str  # "min" | "max"
+    mode: Direction
     runs: List[Ranked]  # best first; runs without a value last, by index
     best: Optional[Ranked]
     best_note: str = ""  # set when the best run is not a completed one
@@ -49,12 +51,15 @@ def default_metric(records: List[RunRecord], last_values: Dict[int, Dict[str, fl
     return "val/loss" if have else "train/loss"
 
 
-def default_mode(metric: str, records: Optional[List[RunRecord]] = None) -> str:
+def default_mode(metric: str, records: Optional[List[RunRecord]] = None) -> Direction:
     """The declared objective's mode for its metric; else guessed from the name (accuracy up, loss down)."""
     declared = objective(records or [])
-    if declared and declared.get("metric") == metric and declared.get("mode") in ("min", "max"):
-        return str(declared["mode"])
-    return "max" if _HIGHER_IS_BETTER.search(metric) else "min"
+    if declared and declared.get("metric") == metric:
+        try:
+            return Direction.parse(declared.get("mode"))
+        except ValueError:
+            pass  # an unreadable mode: guessed as if none was declared
+    return Direction.MAX if _HIGHER_IS_BETTER.search(metric) else Direction.MIN
 
 
 def available_metrics(records: List[RunRecord], last_values: Dict[int, Dict[str, float]]) -> List[str]:
@@ -65,21 +70,22 @@ def available_metrics(records: List[RunRecord], last_values: Dict[int, Dict[str,
     return sorted(names)
 
 
-def rank(records: List[RunRecord], metric: str, mode: str, last_values: Dict[int, Dict[str, float]]) -> Ranking:
+def rank(records: List[RunRecord], metric: str, mode: "Direction | str",
+         last_values: Dict[int, Dict[str, float]]) -> Ranking:
     """``last_values``: the last TensorBoard value per run and tag, for metrics metrics.json does not hold."""
+    mode = Direction.parse(mode)
     ranked = []
     for r in records:
         value = r.metrics.get(metric, last_values.get(r.idx, {}).get(metric))
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         ranked.append(Ranked(r, float(value) if ok else None))
-    sign = 1.0 if mode == "min" else -1.0
-    with_value = sorted((x for x in ranked if x.value is not None), key=lambda x: (sign * x.value, x.record.idx))
+    with_value = sorted((x for x in ranked if x.value is not None), key=lambda x: (mode.sign * x.value, x.record.idx))
     for n, x in enumerate(with_value, 1):
         x.rank = n
     rest = [x for x in ranked if x.value is None]
-    completed = [x for x in with_value if x.record.state == "completed"]
+    completed = [x for x in with_value if x.record.state is State.COMPLETED]
     best, note = (completed[0], "") if completed else (with_value[0] if with_value else None, "")
-    if best is not None and best.record.state != "completed":
+    if best is not None and best.record.state is not State.COMPLETED:
         note = f"no run has completed: the best so far ({best.record.state})"
     return Ranking(metric=metric, mode=mode, runs=with_value + rest, best=best, best_note=note)
 
@@ -98,7 +104,7 @@ def reproduce_command(record: RunRecord, app: Optional[str] = None) -> str:
 def _launch_cwd(run_dir: Optional[str]) -> Optional[str]:
     if not run_dir:
         return None
-    path = Path(run_dir) / runfiles.HYDRA_DIR / "hydra.yaml"
+    path = RunPaths(run_dir).hydra_yaml
     try:
         import yaml
 
@@ -148,13 +154,13 @@ def write_csv(path: Path, table: List[Dict[str, Any]]) -> None:
         writer = csv.DictWriter(buf, fieldnames=list(table[0]))
         writer.writeheader()
         writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in table)
-    runfiles.write_text_atomic(path, buf.getvalue())
+    write_text_atomic(path, buf.getvalue())
 
 
-def write_json(path: Path, ranking: Ranking, sweep_dir: Path, counts: Dict[str, int], command: Optional[str],
+def write_json(path: Path, ranking: Ranking, sweep_dir: Path, counts: Dict[State, int], command: Optional[str],
                plots: List[Path]) -> None:
     best = ranking.best
-    runfiles.write_json_atomic(path, {
+    write_json_atomic(path, {
         "sweep_dir": str(sweep_dir),
         "metric": ranking.metric,
         "mode": ranking.mode,
@@ -169,12 +175,12 @@ def write_json(path: Path, ranking: Ranking, sweep_dir: Path, counts: Dict[str, 
     })
 
 
-def markdown(ranking: Ranking, sweep_dir: Path, swept: List[str], counts: Dict[str, int], command: Optional[str],
+def markdown(ranking: Ranking, sweep_dir: Path, swept: List[str], counts: Dict[State, int], command: Optional[str],
              plots: List[Path]) -> str:
     m = ranking.metric
     lines = [f"# Sweep report: `{sweep_dir}`", "",
              f"{fmt.runs(sum(counts.values()))}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".  ",
-             f"Ranked by the final `{m}` ({'lower' if ranking.mode == 'min' else 'higher'} is better).", ""]
+             f"Ranked by the final `{m}` ({'lower' if ranking.mode is Direction.MIN else 'higher'} is better).", ""]
     best = ranking.best
     if best is not None:
         label = fmt.label(best.record.values, best.record.overrides)
@@ -192,7 +198,7 @@ def markdown(ranking: Ranking, sweep_dir: Path, swept: List[str], counts: Dict[s
             fmt.bar(r.step, r.max_steps, width=0).split(" ")[0], fmt.duration(r.elapsed_s), str(r.restarts),
             f"`{os.path.relpath(r.run_dir, sweep_dir)}`" if r.run_dir else "-"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    failed = [x.record for x in ranking.runs if x.record.state in ("failed", "timeout")]
+    failed = [x.record for x in ranking.runs if x.record.state in FAILURES]
     if failed:
         lines += ["", "## Failed runs", ""]
         for r in failed:

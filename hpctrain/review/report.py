@@ -8,7 +8,9 @@ from typing import Any, Dict, List, Optional
 
 from rich.markup import escape
 
-from hpctrain.core import paths as runfiles
+from hpctrain.core import manifest as manifests
+from hpctrain.core.atomic import write_text_atomic
+from hpctrain.core.state import FAILURES, Direction
 from hpctrain.launch import provenance
 from hpctrain.review import fmt, plots
 from hpctrain.review import search as search_review
@@ -26,7 +28,7 @@ from hpctrain.review.ranking import (
     write_csv,
     write_json,
 )
-from hpctrain.review.runs import FAILURES, collect
+from hpctrain.review.runs import collect
 from hpctrain.review.status import counts_line
 from hpctrain.review.sweep import load_sweep
 
@@ -70,25 +72,25 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     from rich.text import Text
 
     con = fmt.console()
+    wanted = Direction.parse(mode) if mode else None
     snap = collect(load_sweep(sweep_dir))
     records, swept = snap.runs, snap.sweep.swept
     tags = set(CURVE_TAGS) | ({metric} if metric else set())
     curves = {r.idx: read_scalars(r.run_dir, tags) for r in records}
     last = {idx: {tag: pts[-1][1] for tag, pts in c.items() if pts} for idx, c in curves.items()}
-    manifest = runfiles.read_manifest(sweep_dir) or {}
+    manifest = manifests.read(sweep_dir)
     search_metric, search_mode = search_review.ranking_metric(manifest)  # a search: ranked by its objective
     metric = metric or search_metric or default_metric(records, last)
-    mode = mode or (search_mode if metric == search_metric else None)
+    wanted = wanted or (search_mode if metric == search_metric else None)
     have = available_metrics(records, last)
     if metric not in have:
         hint = f"available: {', '.join(have)}" if have else "no run has any metric yet: see `hpctrain status`"
         print(f"hpctrain report: error: no run of {sweep_dir} has the metric {metric!r} ({hint})", file=sys.stderr)
         return 2
     declared = objective(records)
-    is_objective = bool(declared) and declared.get("metric") == metric and mode in (None, declared.get("mode"))
-    ranking = rank(records, metric, mode or default_mode(metric, records), last)
-    manifest = runfiles.read_manifest(sweep_dir) or {}
-    command = reproduce_command(ranking.best.record, manifest.get("app")) if ranking.best else None
+    is_objective = bool(declared) and declared.get("metric") == metric and wanted in (None, declared.get("mode"))
+    ranking = rank(records, metric, wanted or default_mode(metric, records), last)
+    command = reproduce_command(ranking.best.record, manifest.app if manifest else None) if ranking.best else None
     code: List[str] = []  # the commit(s) the best run's code came from; its command reruns that code
     if ranking.best and command:
         command, code = provenance.for_report(sweep_dir, ranking.best.record.idx, command)
@@ -128,7 +130,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
                                                          sweep_dir / "optimisation_history.png"))
         write_csv(sweep_dir / "results.csv", result_rows(ranking, swept))
         write_json(sweep_dir / "results.json", ranking, sweep_dir, snap.counts(), command, images)
-        runfiles.write_text_atomic(sweep_dir / "report.md", markdown(
+        write_text_atomic(sweep_dir / "report.md", markdown(
             ranking, sweep_dir, swept, snap.counts(), command, images))
     except OSError as exc:
         print(f"hpctrain report: error: cannot write the report into {sweep_dir}: {exc}", file=sys.stderr)

@@ -13,18 +13,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
-from hpctrain.core import events as record
-from hpctrain.core import paths as runfiles
-from hpctrain.core.events import State
+from hpctrain.core import events, summary
+from hpctrain.core.paths import RunPaths
+from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RunState, State
 from hpctrain.review import jobs
 from hpctrain.review import search as search_review
 from hpctrain.review.sweep import RunSpec, Sweep
 from hpctrain.slurm import parse as slurm_parse
 from hpctrain.slurm import query as slurm
 
-STATES = tuple(s.value for s in State)
-ACTIVE = tuple(s.value for s in record.ACTIVE)
-FAILURES = (State.FAILED.value, State.TIMEOUT.value)
+STATES = tuple(State)  # the order counts are shown in
 LAUNCHER_QUIET_S = 60.0  # a local sweep that wrote nothing for this long, with no run alive, has no launcher
 
 
@@ -36,7 +34,7 @@ class RunRecord:
     overrides: List[str]
     run_dir: Optional[str]
     job_id: Optional[str]
-    state: str
+    state: State
     note: str = ""  # why that state, when the queue or the job's files decided it
     step: Optional[int] = None
     max_steps: Optional[int] = None
@@ -47,6 +45,9 @@ class RunRecord:
     error: Optional[str] = None  # the traceback tail of a failed run
     metrics: Dict[str, Any] = field(default_factory=dict)
     objective: Optional[Dict[str, str]] = None  # {"metric": NAME, "mode": "min"|"max"} as the run declares it
+
+    def __post_init__(self) -> None:
+        self.state = State(self.state)  # a state given as its JSON text
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -66,10 +67,10 @@ class Snapshot:
     warnings: List[str]
     taken: float
 
-    def counts(self) -> Dict[str, int]:
+    def counts(self) -> Dict[State, int]:
         out = {s: 0 for s in STATES}
         for r in self.runs:
-            out[r.state] = out.get(r.state, 0) + 1
+            out[r.state] += 1
         return {s: n for s, n in out.items() if n}
 
     def active(self) -> List[RunRecord]:
@@ -89,7 +90,7 @@ class _Judge:
         self.queue = queue
         if sweep.launcher == "slurm" and queue is None:
             self.warnings.append("squeue did not answer: unfinished runs are shown as their records say")
-        self._sacct: Optional[Dict[str, str]] = None
+        self._sacct: Optional[Dict[str, str]] = None  # job id -> sacct's STATE
         self._launcher_alive: Optional[bool] = None
 
     def sacct(self, job_id: str) -> Optional[str]:
@@ -106,60 +107,60 @@ class _Judge:
                 self.sweep.dir, [str(r.run_dir) for r in self.sweep.runs if r.run_dir], LAUNCHER_QUIET_S)
         return self._launcher_alive
 
-    def state(self, spec: RunSpec, rs: record.RunState, summary: Dict[str, Any]) -> Tuple[str, str]:
-        state = rs.state.value if rs.state is not None else summary.get("status")  # older runs: metrics.json
-        if state in (State.FAILED.value, State.TIMEOUT.value):
+    def state(self, spec: RunSpec, rs: RunState, summary: Dict[str, Any]) -> Tuple[State, str]:
+        state = rs.state if rs.state is not None else State.parse(summary.get("status"))  # older runs: metrics.json
+        if state in FAILURES:
             return self._failed(spec, state, rs.error or summary.get("error"))
-        if state in record.FINAL:
+        if state in FINAL:
             return state, ""
         job_id = spec.job_id
         if self.sweep.launcher == "slurm":
             if self.queue is None:
-                return state or State.QUEUED.value, "queue unknown: as the run's record says"
+                return state or State.QUEUED, "queue unknown: as the run's record says"
             if job_id and slurm_parse.in_queue(self.queue, job_id):
                 q_state, reason = self.queue.get(job_id) or self.queue.get(slurm_parse.split_job_id(job_id)[0], ("", ""))
                 if q_state in slurm_parse.PENDING_STATES:
-                    return (state if state in (State.REQUEUED.value, State.RETRYING.value) else State.QUEUED.value), reason
-                return (state if state == State.REQUEUED.value else State.RUNNING.value), ""
+                    return (state if state in (State.REQUEUED, State.RETRYING) else State.QUEUED), reason
+                return (state if state is State.REQUEUED else State.RUNNING), ""
         elif job_id and jobs.pid_alive(job_id):
-            return (state if state in (State.REQUEUED.value, State.RETRYING.value) else State.RUNNING.value), ""
+            return (state if state in (State.REQUEUED, State.RETRYING) else State.RUNNING), ""
         return self._ended(spec, state)
 
-    def _failed(self, spec: RunSpec, state: str, error: Optional[str]) -> Tuple[str, str]:
+    def _failed(self, spec: RunSpec, state: State, error: Optional[str]) -> Tuple[State, str]:
         """A failure caused by the time limit (submitit gave up requeuing, or Slurm killed it) is a timeout."""
-        if state == State.TIMEOUT.value or jobs.is_timeout(error or "") or (
-                spec.job_id and jobs.log_marker(self.sweep.submitit_folder, spec.job_id) == "timeout"):
-            return State.TIMEOUT.value, "hit its time limit"
-        return State.FAILED.value, ""
+        if state is State.TIMEOUT or jobs.is_timeout(error or "") or (
+                spec.job_id and jobs.log_marker(self.sweep.submitit_folder, spec.job_id) is State.TIMEOUT):
+            return State.TIMEOUT, "hit its time limit"
+        return State.FAILED, ""
 
-    def _ended(self, spec: RunSpec, state: Optional[str]) -> Tuple[str, str]:
+    def _ended(self, spec: RunSpec, state: Optional[State]) -> Tuple[State, str]:
         """The record says active, but the job is gone from the queue (or never had one)."""
         folder, job_id = self.sweep.submitit_folder, spec.job_id
-        started = state not in (None, State.QUEUED.value)
-        waiting = state in (None, State.QUEUED.value, State.RETRYING.value)  # the local launcher starts it next
+        started = state not in (None, State.QUEUED)
+        waiting = state in (None, State.QUEUED, State.RETRYING)  # the local launcher starts it next
         if self.sweep.launcher == "local" and waiting and self.launcher_alive():
-            return state or State.QUEUED.value, ""
+            return state or State.QUEUED, ""
         if job_id:
             marker = jobs.log_marker(folder, job_id)
             if marker:
                 return marker, "from the job's log"
             acct = self.sacct(job_id)
             if acct in slurm_parse.SACCT_FINAL:
-                if slurm_parse.SACCT_FINAL[acct] == State.COMPLETED.value:
+                if slurm_parse.SACCT_FINAL[acct] is State.COMPLETED:
                     # the job script ended well (its last line is `|| true`), but the run never recorded
                     # its completion: it ended without a result
-                    return State.FAILED.value, f"sacct: {acct}, but the run never recorded its completion: see its log"
+                    return State.FAILED, f"sacct: {acct}, but the run never recorded its completion: see its log"
                 return slurm_parse.SACCT_FINAL[acct], f"sacct: {acct}"
             outcome = jobs.result_outcome(folder, job_id)
             if outcome:
-                return (State.COMPLETED.value if outcome == "success" else State.FAILED.value), "from submitit's result"
+                return (State.COMPLETED if outcome == "success" else State.FAILED), "from submitit's result"
         if not started:
             if self.sweep.launcher == "local" and self.launcher_alive():
-                return State.QUEUED.value, ""
+                return State.QUEUED, ""
             if self.sweep.launcher == "local" or not job_id:
-                return State.CANCELLED.value, "never started; the sweep's launcher is gone"
-            return State.CANCELLED.value, "left the queue without starting"
-        return State.FAILED.value, "ended without a result (killed, out of memory or node failure?): see its log"
+                return State.CANCELLED, "never started; the sweep's launcher is gone"
+            return State.CANCELLED, "left the queue without starting"
+        return State.FAILED, "ended without a result (killed, out of memory or node failure?): see its log"
 
 
 def collect(sweep: Sweep, poller: "Optional[slurm.Poller[slurm_parse.QueueState]]" = None) -> Snapshot:
@@ -175,10 +176,10 @@ def collect(sweep: Sweep, poller: "Optional[slurm.Poller[slurm_parse.QueueState]
     rows = []
     packed = packed_job_ids(sweep.runs)
     for spec in sweep.runs:
-        summary = (runfiles.read_json(os.path.join(spec.run_dir, runfiles.METRICS)) if spec.run_dir else None) or {}
-        rs = record.read(spec.run_dir)
-        state, note = judge.state(spec, rs, summary)
-        rows.append(_row(sweep, spec, summary, rs, state, note, now, spec.job_id in packed))
+        found = (summary.read(spec.run_dir) if spec.run_dir else None) or {}
+        rs = events.read(spec.run_dir)
+        state, note = judge.state(spec, rs, found)
+        rows.append(_row(sweep, spec, found, rs, state, note, now, spec.job_id in packed))
     return Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings, taken=now)
 
 
@@ -192,14 +193,14 @@ def packed_job_ids(specs: Iterable[Any]) -> Set[str]:
     return shared
 
 
-def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: record.RunState, state: str, note: str,
+def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, state: State, note: str,
          now: float, packed: bool = False) -> RunRecord:
     values = summary.get("metrics") or {}
     loss = values.get("train/loss")
     objective = summary.get("objective")
     if sweep.search is not None:  # a search trial: ranked by the study's objective, as its worker told it
         metric = sweep.objective_metric
-        objective = {"metric": metric, "mode": "max" if sweep.search.get("direction") == "maximize" else "min"}
+        objective = {"metric": metric, "mode": search_review.direction(sweep.search).value}
         told = search_review.objective(summary, metric)
         if told is not None and metric not in values:
             values = {**values, metric: told}
@@ -213,14 +214,14 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: record.RunSta
         metrics=dict(values),
         objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
     )
-    own_log = os.path.join(spec.run_dir, runfiles.PACKED_LOG) if packed and spec.run_dir else None
+    own_log = str(RunPaths(spec.run_dir).packed_log) if packed and spec.run_dir else None
     if own_log and _size(own_log) >= 0:  # a packed run's own output; the task's log holds all of its runs
         row.log = own_log
     elif row.job_id:
         err = jobs.log_path(sweep.submitit_folder, row.job_id, "err")
         out = jobs.log_path(sweep.submitit_folder, row.job_id, "out")
         err_size = _size(err)
-        if state in FAILURES + (State.CANCELLED.value,) and err_size > 0:
+        if (state in FAILURES or state is State.CANCELLED) and err_size > 0:
             row.log = err
         elif _size(out) >= 0:
             row.log = out
@@ -233,13 +234,13 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: record.RunSta
     return row
 
 
-def _elapsed(summary: Dict[str, Any], rs: record.RunState, state: str, now: float) -> Optional[float]:
+def _elapsed(summary: Dict[str, Any], rs: RunState, state: State, now: float) -> Optional[float]:
     started = summary.get("started")
     if not isinstance(started, (int, float)):
         started = rs.started_at
     if started is None:
         return summary.get("elapsed_s")
-    if state == State.RUNNING.value:
+    if state is State.RUNNING:
         return max(0.0, now - started)
     if isinstance(summary.get("elapsed_s"), (int, float)):
         return float(summary["elapsed_s"])

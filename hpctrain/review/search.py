@@ -7,21 +7,29 @@ metrics.json holds the state and the objective); the search settings are in swee
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-PRUNED = "pruned"
+from hpctrain.core.manifest import Manifest
+from hpctrain.core.state import Direction, State
 
 
-def settings(manifest: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+def settings(found: Optional[Manifest]) -> Optional[Dict[str, Any]]:
     """``{"metric": "val/loss", "direction": "minimize", ...}`` for a search sweep, else None."""
-    found = (manifest or {}).get("search")
-    return found if isinstance(found, dict) else None
+    return found.search if found is not None else None
 
 
-def ranking_metric(manifest: Optional[Dict[str, Any]]) -> Tuple[Optional[str], Optional[str]]:
+def direction(search: Dict[str, Any]) -> Direction:
+    """A search's direction as sweep.json holds it (Optuna's spelling); minimise when unreadable."""
+    try:
+        return Direction.parse(search.get("direction") or Direction.MIN)
+    except ValueError:
+        return Direction.MIN
+
+
+def ranking_metric(manifest: Optional[Manifest]) -> Tuple[Optional[str], Optional[Direction]]:
     """The metric and mode ``report`` ranks a search sweep by: its objective (``value``: the return value)."""
     s = settings(manifest)
     if s is None:
         return None, None
-    return (s.get("metric") or "value"), ("max" if s.get("direction") == "maximize" else "min")
+    return (s.get("metric") or "value"), direction(s)
 
 
 def objective(metrics_json: Dict[str, Any], metric: Optional[str] = None) -> Optional[float]:
@@ -33,7 +41,7 @@ def objective(metrics_json: Dict[str, Any], metric: Optional[str] = None) -> Opt
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def history_plot(points: List[Tuple[int, float, str]], metric: str, mode: str, path: Path) -> Path:
+def history_plot(points: List[Tuple[int, float, State]], metric: str, mode: Direction, path: Path) -> Path:
     """The optimisation history: each trial's objective by trial number (pruned ones hollow), and the best
     so far as a step line. ``points``: (trial number, objective, state)."""
     from hpctrain.review import plots
@@ -41,8 +49,8 @@ def history_plot(points: List[Tuple[int, float, str]], metric: str, mode: str, p
     plt = plots._plt()
     fig, ax = plt.subplots(figsize=plots.SIZE_IN, dpi=plots.DPI)
     points = sorted(points)
-    done = [(n, v) for n, v, s in points if s != PRUNED]
-    pruned = [(n, v) for n, v, s in points if s == PRUNED]
+    done = [(n, v) for n, v, s in points if s is not State.PRUNED]
+    pruned = [(n, v) for n, v, s in points if s is State.PRUNED]
     if done:
         ax.scatter([n for n, _ in done], [v for _, v in done], color="tab:blue", label="trial", zorder=3)
     if pruned:
@@ -50,7 +58,7 @@ def history_plot(points: List[Tuple[int, float, str]], metric: str, mode: str, p
                    label="pruned (value when stopped)", zorder=3)
     best, xs, ys = None, [], []
     for n, v in done:
-        best = v if best is None or (v < best if mode == "min" else v > best) else best
+        best = v if best is None or mode.better(v, best) else best
         xs.append(n)
         ys.append(best)
     if xs:

@@ -10,8 +10,9 @@ from typing import Any, List
 
 from rich.markup import escape
 
+from hpctrain.core.state import FAILURES, State
 from hpctrain.review import fmt
-from hpctrain.review.runs import FAILURES, STATES, Snapshot, collect
+from hpctrain.review.runs import STATES, Snapshot, collect
 from hpctrain.review.sweep import load_sweep
 from hpctrain.slurm import query as slurm
 
@@ -51,7 +52,7 @@ def render(snap: Snapshot, con: Any) -> None:
     for r in snap.runs:
         if r.state in FAILURES and r.error:
             notes.append(f"  [red]#{r.idx} {r.state}:[/] {escape(r.error.strip().splitlines()[-1])}")
-        elif r.note and r.state not in ("queued", "running", "completed"):
+        elif r.note and r.state not in (State.QUEUED, State.RUNNING, State.COMPLETED):
             notes.append(f"  [dim]#{r.idx} {r.state}: {escape(r.note)}[/]")
     for line in notes[:MAX_NOTES]:
         con.print(line, soft_wrap=True)

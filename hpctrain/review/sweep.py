@@ -12,11 +12,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from hpctrain.core import events as record
-from hpctrain.core import paths as runfiles
+from hpctrain.core import events, manifest
+from hpctrain.core.paths import MULTIRUN_YAML, SWEEP_MANIFEST, RunPaths, SweepPaths
 from hpctrain.review import search as search_review
-
-MULTIRUN_YAML = "multirun.yaml"
 
 
 class SweepError(Exception):
@@ -77,7 +75,8 @@ def swept_keys(runs: List[RunSpec]) -> List[str]:
 
 
 def is_sweep_dir(path: Path) -> bool:
-    return (path / runfiles.SWEEP_MANIFEST).is_file() or (path / MULTIRUN_YAML).is_file()
+    paths = SweepPaths(path)
+    return paths.manifest.is_file() or paths.multirun_yaml.is_file()
 
 
 def find_sweep_dir(arg: Optional[str], root: Path = Path("multirun")) -> Path:
@@ -93,7 +92,7 @@ def find_sweep_dir(arg: Optional[str], root: Path = Path("multirun")) -> Path:
         return path.absolute()
     candidates = []
     for depth in ("*", "*/*", "*/*/*"):
-        for name in (runfiles.SWEEP_MANIFEST, MULTIRUN_YAML):
+        for name in (SWEEP_MANIFEST, MULTIRUN_YAML):
             candidates += root.glob(f"{depth}/{name}")
     if not candidates:
         raise SweepError(f"{root.absolute()}: no sweep found (expected <sweep_dir>/multirun.yaml or sweep.json "
@@ -103,36 +102,28 @@ def find_sweep_dir(arg: Optional[str], root: Path = Path("multirun")) -> Path:
 
 
 def load_sweep(sweep_dir: Path) -> Sweep:
-    manifest = runfiles.read_manifest(sweep_dir)
-    if manifest is None or not manifest.get("runs"):
+    found = manifest.read(sweep_dir)
+    if found is None or not found.runs:
         sweep = discover_sweep(sweep_dir)
     else:
-        sweep = _from_manifest(sweep_dir, manifest)
+        sweep = _from_manifest(sweep_dir, found)
     sweep.swept = swept_keys(sweep.runs)
     return sweep
 
 
-def _from_manifest(sweep_dir: Path, manifest: Dict) -> Sweep:
-    runs = []
-    for key, r in manifest["runs"].items():
-        run_dir = r.get("run_dir")
-        runs.append(RunSpec(
-            idx=int(key),
-            name=str(r.get("name") or run_dir or key),
-            run_dir=(sweep_dir / run_dir) if run_dir else None,
-            overrides=list(r.get("overrides") or []),
-            job_id=str(r["job_id"]) if r.get("job_id") is not None else None,
-            max_steps=r.get("max_steps"),
-        ))
-    runs.sort(key=lambda r: r.idx)
-    folder = Path(manifest.get("submitit_folder") or sweep_dir / runfiles.SUBMITIT_DIR)
+def _from_manifest(sweep_dir: Path, found: manifest.Manifest) -> Sweep:
+    runs = [RunSpec(idx=e.idx, name=e.name, run_dir=e.spec.run_dir, overrides=list(e.spec.overrides),
+                    job_id=e.job_id, max_steps=e.spec.max_steps)
+            for e in sorted(found.runs.values(), key=lambda e: e.idx)]
+    default = SweepPaths(sweep_dir).submitit
+    folder = Path(found.submitit_folder or default)
     if not folder.is_absolute():
         folder = sweep_dir / folder
-    if not folder.is_dir() and (sweep_dir / runfiles.SUBMITIT_DIR).is_dir():
-        folder = sweep_dir / runfiles.SUBMITIT_DIR  # the sweep dir was moved or copied
-    return Sweep(dir=sweep_dir, launcher=str(manifest.get("launcher") or "unknown"), submitit_folder=folder,
-                 runs=runs, has_manifest=True, launcher_pid=manifest.get("launcher_pid"),
-                 search=search_review.settings(manifest))
+    if not folder.is_dir() and default.is_dir():
+        folder = default  # the sweep dir was moved or copied
+    return Sweep(dir=sweep_dir, launcher=str(found.launcher or "unknown"), submitit_folder=folder,
+                 runs=runs, has_manifest=True, launcher_pid=found.launcher_pid,
+                 search=search_review.settings(found))
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -168,7 +159,7 @@ def expected_runs(hydra_cfg: Dict[str, Any]) -> Optional[List[List[str]]]:
 def _run_dirs(sweep_dir: Path) -> List[Tuple[Path, List[str]]]:
     out = []
     for path in sorted(sweep_dir.iterdir()):
-        overrides = path / runfiles.HYDRA_DIR / "overrides.yaml"
+        overrides = RunPaths(path).overrides_yaml
         if not path.name.startswith(".") and overrides.is_file():
             out.append((path, [str(o) for o in (_load_yaml(overrides) or [])]))
     return out
@@ -178,15 +169,15 @@ def _index_of(path: Path) -> Optional[int]:
     m = re.match(r"(\d+)(_|$)", path.name)
     if m:
         return int(m.group(1))
-    hydra = _load_yaml(path / runfiles.HYDRA_DIR / "hydra.yaml") or {}
+    hydra = _load_yaml(RunPaths(path).hydra_yaml) or {}
     num = ((hydra.get("hydra") or {}).get("job") or {}).get("num")
     return int(num) if num is not None else None
 
 
 def discover_sweep(sweep_dir: Path) -> Sweep:
-    cfg = _load_yaml(sweep_dir / MULTIRUN_YAML)
+    cfg = _load_yaml(SweepPaths(sweep_dir).multirun_yaml)
     if not isinstance(cfg, dict) or "hydra" not in cfg:
-        raise SweepError(f"{sweep_dir}: neither a launcher manifest ({runfiles.SWEEP_MANIFEST}) nor a readable "
+        raise SweepError(f"{sweep_dir}: neither a launcher manifest ({SWEEP_MANIFEST}) nor a readable "
                          f"{MULTIRUN_YAML}")
     hydra = cfg["hydra"]
     expected = expected_runs(hydra) or []
@@ -203,7 +194,7 @@ def discover_sweep(sweep_dir: Path) -> Sweep:
         specs.setdefault(idx, RunSpec(idx, f"{idx} (not started)", None, overrides, None))
     default_steps = cfg.get("max_steps")
     for spec in specs.values():
-        job_id = record.read(spec.run_dir).job_id
+        job_id = events.read(spec.run_dir).job_id
         spec.job_id = str(job_id) if job_id else None
         steps = dict(o.split("=", 1) for o in spec.overrides if o.startswith("max_steps="))
         spec.max_steps = _int(steps.get("max_steps", default_steps))

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from hpctrain.core import paths as runfiles
+from hpctrain.core.paths import RunPaths
 from hpctrain.review import fmt
 from hpctrain.review.sweep import Sweep, load_sweep
 
@@ -39,7 +39,7 @@ def run_names(sweep: Sweep) -> Dict[str, Path]:
         name = re.sub(r"[/\\:]+", "_", fmt.label(sweep.values(spec), spec.overrides, sep=","))
         if name in out:
             name = f"{name} #{spec.idx}"
-        out[name] = spec.run_dir / runfiles.TB_DIR
+        out[name] = RunPaths(spec.run_dir).tb
     return out
 
 

@@ -29,7 +29,9 @@ from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 from optuna.trial import FrozenTrial, TrialState
 
 from hpctrain._compat import optuna as optuna_compat
-from hpctrain.core import paths as runfiles
+from hpctrain.core.atomic import read_json, write_json_atomic
+from hpctrain.core.paths import SweepPaths
+from hpctrain.core.state import Direction
 from hpctrain.search.space import Space, grid_size
 
 STUDY_NAME = "search"
@@ -52,7 +54,7 @@ class Settings:
     pruner: str = "median"
     seed: Optional[int] = None
     metric: Optional[str] = "val/loss"  # None: the task function's return value itself
-    direction: str = "minimize"
+    direction: str = Direction.MIN.optuna  # Optuna's spelling
     grace_s: int = 60  # a trial whose heartbeat is older than this (and whose job is unknown) is adopted
     heartbeat_s: float = 10.0
     max_adoptions: int = 2  # a trial whose worker died this many times ends failed
@@ -60,11 +62,11 @@ class Settings:
 
 
 def search_dir(sweep_dir: "str | Path") -> Path:
-    return Path(sweep_dir) / ".hpctrain"
+    return SweepPaths(sweep_dir).hpctrain
 
 
 def journal_path(sweep_dir: "str | Path") -> str:
-    return str(search_dir(sweep_dir) / "study.journal")
+    return str(SweepPaths(sweep_dir).study_journal)
 
 
 def storage(sweep_dir: "str | Path") -> JournalStorage:
@@ -119,7 +121,7 @@ def existing_direction(sweep_dir: "str | Path") -> Optional[str]:
         study = optuna.load_study(study_name=STUDY_NAME, storage=storage(sweep_dir))
     except KeyError:
         return None
-    return "maximize" if study.direction == optuna.study.StudyDirection.MAXIMIZE else "minimize"
+    return Direction.parse(study.direction).optuna
 
 
 def budget(settings: Settings) -> int:
@@ -131,7 +133,7 @@ def budget(settings: Settings) -> int:
 
 # ---------------------------------------------------------------- leases
 def leases_dir(sweep_dir: "str | Path") -> str:
-    return os.path.join(search_dir(sweep_dir), "trials")
+    return str(SweepPaths(sweep_dir).trials)
 
 
 def lease_path(sweep_dir: "str | Path", number: int) -> str:
@@ -143,12 +145,12 @@ def alive_path(sweep_dir: "str | Path", number: int, owner: str) -> str:
 
 
 def read_lease(sweep_dir: "str | Path", number: int) -> Optional[Dict[str, Any]]:
-    return runfiles.read_json(lease_path(sweep_dir, number))
+    return read_json(lease_path(sweep_dir, number))
 
 
 def write_lease(sweep_dir: "str | Path", number: int, owner: str, **fields: Any) -> Dict[str, Any]:
     lease = {"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "since": time.time(), **fields}
-    runfiles.write_json_atomic(Path(lease_path(sweep_dir, number)), lease)
+    write_json_atomic(lease_path(sweep_dir, number), lease)
     touch(alive_path(sweep_dir, number, owner))
     return lease
 
@@ -211,7 +213,7 @@ def lease_lost(sweep_dir: "str | Path", number: int, lease: Optional[Dict[str, A
 
 @contextmanager
 def trials_lock(sweep_dir: "str | Path") -> Iterator[None]:
-    lock = JournalFileOpenLock(str(search_dir(sweep_dir) / "trials"), grace_period=LOCK_GRACE_S)
+    lock = JournalFileOpenLock(str(SweepPaths(sweep_dir).trials), grace_period=LOCK_GRACE_S)
     lock.acquire()
     try:
         yield

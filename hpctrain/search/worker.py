@@ -26,9 +26,12 @@ from omegaconf import OmegaConf, open_dict
 
 from hpctrain._compat.hydra import stored_value
 from hpctrain._compat.optuna import live_trial
-from hpctrain.core import events as record
-from hpctrain.core import paths as runfiles
+from hpctrain.core import events, manifest, summary
 from hpctrain.core.ports import MASTER_PORTS
+from hpctrain.core.atomic import read_json, write_json_atomic
+from hpctrain.core.paths import SweepPaths
+from hpctrain.core.run import RunSpec
+from hpctrain.core.state import State
 from hpctrain.search import study as studies
 from hpctrain.search.bridge import TrialBridge, activate
 from hpctrain.search.space import trial_dirname
@@ -47,7 +50,7 @@ class SearchWorker:
         """One worker task. The launchers call every job as ``(index, overrides, run_dir)``; a worker's
         ``run_dir`` is its placeholder under ``.hpctrain/workers`` (each trial has a run dir of its own)."""
         env = submitit.JobEnvironment()
-        os.environ[record.RECORDED_ENV] = "1"  # this worker keeps its trials' records, not the task function
+        os.environ[events.RECORDED_ENV] = "1"  # this worker keeps its trials' records, not the task function
         with open(self.payload, "rb") as f:
             self.hydra_context, self.task_function, self.config, singleton_state = cloudpickle.load(f)
         Singleton.set_state(singleton_state)
@@ -82,13 +85,13 @@ class SearchWorker:
         msg = {"attempt": _attempt(), "seq": seq, "stop": a is None}
         if a is not None:
             msg.update(number=a.number, trial_id=a.trial_id, params=a.params, how=a.how)
-        runfiles.write_json_atomic(_announce_path(self.sweep_dir, me), msg)
+        write_json_atomic(_announce_path(self.sweep_dir, me), msg)
 
     # ------------------------------------------------------------------ other ranks
     def _follow(self, env: submitit.JobEnvironment) -> Dict[str, Any]:
         me, last, ran = str(env.job_id), 0, 0
         while True:
-            msg = runfiles.read_json(_announce_path(self.sweep_dir, me))
+            msg = read_json(_announce_path(self.sweep_dir, me))
             if not msg or msg.get("attempt") != _attempt() or int(msg.get("seq", 0)) <= last:
                 time.sleep(POLL_S)
                 continue
@@ -100,7 +103,7 @@ class SearchWorker:
             ran += 1
 
     # ------------------------------------------------------------------ one trial
-    def _run(self, a: studies.Assignment, me: str, study: Any, seq: int) -> "tuple[str, Optional[float]]":
+    def _run(self, a: studies.Assignment, me: str, study: Any, seq: int) -> "tuple[Optional[State], Optional[float]]":
         """Run one trial on this rank; on rank 0 (``study`` given) record and tell how it ended."""
         _fresh_rendezvous_port(seq)
         s, sweep = self.settings, self.sweep_dir
@@ -129,7 +132,7 @@ class SearchWorker:
             if beat is not None:
                 beat.stop()
         if not lead:
-            return "", None
+            return None, None
         return self._settle(study, a, run_dir, ret, bridge)
 
     def _register(self, a: studies.Assignment, dirname: str, overrides: List[str], me: str,
@@ -137,57 +140,55 @@ class SearchWorker:
         """The trial as a run of the sweep (sweep.json, its record and events), for status and report."""
         sweep = Path(self.sweep_dir)
         run_dir = sweep / dirname
-        with studies.trials_lock(sweep):
-            manifest = runfiles.read_manifest(sweep) or {"runs": {}, "submissions": []}
-            manifest.setdefault("runs", {})[str(a.number)] = {
-                "name": dirname, "run_dir": dirname, "overrides": overrides, "job_id": me,
-                "max_steps": max_steps, "trial": a.number, "params": a.params,
-            }
-            runfiles.write_json_atomic(sweep / runfiles.SWEEP_MANIFEST, manifest)
+        def add(m: manifest.Manifest) -> None:
+            spec = RunSpec(a.number, tuple(overrides), run_dir.absolute(), max_steps)
+            m.runs[a.number] = manifest.RunEntry(spec, me, {"trial": a.number, "params": a.params})
+
+        manifest.update(sweep, add)
         if a.how == "new":
-            record.submitted(run_dir, trial=a.number)
-        record.started(run_dir, job_id=me, trial=a.number, how=a.how)
+            events.submitted(run_dir, trial=a.number)
+        events.started(run_dir, job_id=me, trial=a.number, how=a.how)
 
     def _settle(self, study: Any, a: studies.Assignment, run_dir: Path, ret: Any,
-                bridge: TrialBridge) -> "tuple[str, Optional[float]]":
+                bridge: TrialBridge) -> "tuple[State, Optional[float]]":
         from optuna.trial import TrialState
 
         s = self.settings
         result = stored_value(ret)
         if ret.status == JobStatus.FAILED:
             error = "".join(traceback.format_exception(result))[-3000:] if isinstance(result, BaseException) else str(result)
-            record.failed(run_dir, error=error, rank=0, job_id=os.environ.get("SLURM_JOB_ID"))
+            events.failed(run_dir, error=error, rank=0, job_id=os.environ.get("SLURM_JOB_ID"))
             studies.tell(study, a.number, TrialState.FAIL)
-            record.write_summary(run_dir, trial=a.number)
-            return "failed", None
-        if bridge.pruned_at is not None or record.read(run_dir).state == record.State.PRUNED \
-                or (isinstance(result, dict) and result.get("status") == record.State.PRUNED.value):
-            if record.read(run_dir).state != record.State.PRUNED:
-                record.pruned(run_dir, step=bridge.pruned_at, reason="the pruner stopped it", rank=0)
+            summary.write(run_dir, trial=a.number)
+            return State.FAILED, None
+        if bridge.pruned_at is not None or events.read(run_dir).state == State.PRUNED \
+                or (isinstance(result, dict) and State.parse(result.get("status")) is State.PRUNED):
+            if events.read(run_dir).state != State.PRUNED:
+                events.pruned(run_dir, step=bridge.pruned_at, reason="the pruner stopped it", rank=0)
             studies.tell(study, a.number, TrialState.PRUNED)
-            record.write_summary(run_dir, trial=a.number)
-            return "pruned", None
+            summary.write(run_dir, trial=a.number)
+            return State.PRUNED, None
         value = objective_value(result, run_dir, s.metric)
-        summary: Dict[str, Any] = {"trial": a.number, "objective": {"metric": s.metric, "value": value}}
-        if runfiles.read_metrics(run_dir) is None or not (runfiles.read_metrics(run_dir) or {}).get("metrics"):
-            summary["metrics"] = record.numbers(result)  # an app that writes no metrics.json of its own
+        fields: Dict[str, Any] = {"trial": a.number, "objective": {"metric": s.metric, "value": value}}
+        if summary.read(run_dir) is None or not (summary.read(run_dir) or {}).get("metrics"):
+            fields["metrics"] = summary.numbers(result)  # an app that writes no metrics.json of its own
         if value is None:
-            record.failed(run_dir, error=f"no objective: the task function returned {str(result)[:200]!r} and "
+            events.failed(run_dir, error=f"no objective: the task function returned {str(result)[:200]!r} and "
                                          f"metrics.json has no {s.metric!r}", rank=0)
             studies.tell(study, a.number, TrialState.FAIL)
-            record.write_summary(run_dir, **summary)
-            return "failed", None
-        record.completed(run_dir, value=value)
+            summary.write(run_dir, **fields)
+            return State.FAILED, None
+        events.completed(run_dir, value=value)
         studies.tell(study, a.number, TrialState.COMPLETE, value)
-        record.write_summary(run_dir, **summary)
-        return "completed", value
+        summary.write(run_dir, **fields)
+        return State.COMPLETED, value
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2 (rank 0): requeue this worker; it takes its trial back when it restarts
         (the trainer has checkpointed it)."""
         run_dir = _running.get("run_dir")
         if run_dir is not None:
-            record.requeued(run_dir)
+            events.requeued(run_dir)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
@@ -195,12 +196,12 @@ def objective_value(result: Any, run_dir: Path, metric: Optional[str]) -> Option
     """The trial's objective: the task function's return value when it is a number, else its ``metric``
     entry (top level or under ``metrics``), else metrics.json's ``metrics[metric]``. NaN counts as none."""
     candidates: List[Any] = []
-    numbers = record.numbers(result)
+    numbers = summary.numbers(result)
     if "value" in numbers and len(numbers) == 1 and not isinstance(result, dict):
         candidates.append(numbers["value"])
     if metric:
         candidates.append(numbers.get(metric))
-        candidates.append(((runfiles.read_metrics(run_dir) or {}).get("metrics") or {}).get(metric))
+        candidates.append(((summary.read(run_dir) or {}).get("metrics") or {}).get(metric))
     for c in candidates:
         if isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(float(c)):
             return float(c)
@@ -224,7 +225,7 @@ def _attempt() -> str:
 
 
 def _announce_path(sweep_dir: str, me: str) -> Path:
-    return studies.search_dir(sweep_dir) / "workers" / f"{me}.json"
+    return SweepPaths(sweep_dir).workers / f"{me}.json"
 
 
 class _Heartbeat:

@@ -12,7 +12,10 @@
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from types import MappingProxyType
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+from hpctrain.core.state import State
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
 
@@ -20,10 +23,11 @@ DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
 PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "CONFIGURING"})
 
 
-# sacct's final states -> the run record's (hpctrain.core.events.State values)
-SACCT_FINAL = {"COMPLETED": "completed", "FAILED": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed",
-               "BOOT_FAIL": "failed", "DEADLINE": "timeout", "TIMEOUT": "timeout", "CANCELLED": "cancelled",
-               "PREEMPTED": "cancelled", "REVOKED": "cancelled"}
+# sacct's final states -> the run's; the one table (as TorchX's SLURM_STATES)
+SACCT_FINAL: Mapping[str, State] = MappingProxyType({
+    "COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "NODE_FAIL": State.FAILED, "OUT_OF_MEMORY": State.FAILED,
+    "BOOT_FAIL": State.FAILED, "DEADLINE": State.TIMEOUT, "TIMEOUT": State.TIMEOUT, "CANCELLED": State.CANCELLED,
+    "PREEMPTED": State.CANCELLED, "REVOKED": State.CANCELLED})
 
 
 def split_job_id(job_id: str) -> Tuple[str, Optional[str]]:

@@ -11,8 +11,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import torch
 
 from hpctrain._compat import tensorboard as tb_compat
-from hpctrain.core import events as record
 from hpctrain.core import paths as runfiles
+from hpctrain.core import summary
 from hpctrain.train.peaks import peak_flops_for
 
 
@@ -55,13 +55,13 @@ class RunLogger(NullLogger):
             self.writer.add_scalar(tag, value, step)
 
     def progress(self, **fields: Any) -> None:
-        record.write_summary(self.run_dir, **fields)  # the status is the run record's, where there is one
+        summary.write(self.run_dir, **fields)  # the status is the run record's, where there is one
 
     def finish(self, summaries: List[Any]) -> None:
         """Write the run's HParams summaries (``hparams.summaries``; the metrics are scalars already logged)."""
         file_writer = tb_compat.file_writer(self.writer)
-        for summary in summaries:
-            file_writer.add_summary(summary)
+        for item in summaries:
+            file_writer.add_summary(item)
         self.writer.flush()
 
     def close(self) -> None:

@@ -21,6 +21,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from hpctrain.core import events as record
 from hpctrain.core import paths as runfiles
+from hpctrain.core import summary
+from hpctrain.core.state import State
 from hpctrain.job.preemption import PreemptionGuard
 from hpctrain.search import bridge as search_bridge
 from hpctrain.train import checkpoint, hparams, losses
@@ -109,9 +111,9 @@ class Trainer:
             takes_targets(self.raw_model, cfg.loss._target_)
         self.metric_fns = build_metrics(cfg.metrics)
         if info.is_main:
-            record.write_summary(self.run_dir, max_steps=cfg.max_steps,
-                                 started=time.time(), world_size=info.world_size, host=socket.gethostname(),
-                                 pid=os.getpid())
+            summary.write(self.run_dir, max_steps=cfg.max_steps,
+                          started=time.time(), world_size=info.world_size, host=socket.gethostname(),
+                          pid=os.getpid())
         self.model = self._wrap(self.raw_model)
         self.optimizer = build_optimizer(cfg.optim, self.raw_model, cfg.lr, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -343,7 +345,7 @@ class Trainer:
         self.save_checkpoint()
         objective = {"metric": cfg.objective.metric, "mode": cfg.objective.mode,
                      "value": last.get(cfg.objective.metric)}
-        result = {"status": record.COMPLETED, "step": self.step, "max_steps": cfg.max_steps, "metrics": last,
+        result = {"status": State.COMPLETED.value, "step": self.step, "max_steps": cfg.max_steps, "metrics": last,
                   "objective": objective, "elapsed_s": time.time() - started}
         self.logger.finish(self._hparams_summaries(last))
         self.logger.progress(**result)
@@ -376,7 +378,7 @@ class Trainer:
             record.pruned(self.run_dir, step=self.step, reason="the search's pruner", rank=0)
         objective = {"metric": self.cfg.objective.metric, "mode": self.cfg.objective.mode,
                      "value": last.get(self.cfg.objective.metric)}
-        result = {"status": record.State.PRUNED.value, "step": self.step, "max_steps": self.cfg.max_steps,
+        result = {"status": State.PRUNED.value, "step": self.step, "max_steps": self.cfg.max_steps,
                   "metrics": last, "objective": objective, "elapsed_s": time.time() - started,
                   "pruned_at": self.step}
         self.logger.scalars({"search/pruned": 1.0}, self.step)
