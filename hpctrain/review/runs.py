@@ -17,6 +17,7 @@ from hpctrain.core import events, summary
 from hpctrain.core.paths import RunPaths
 from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RunState, State
 from hpctrain.review import jobs
+from hpctrain.review.cost import record_wall
 from hpctrain.review import search as search_review
 from hpctrain.review.sweep import RunSpec, Sweep
 from hpctrain.slurm import parse as slurm_parse
@@ -45,6 +46,9 @@ class RunRecord:
     error: Optional[str] = None  # the traceback tail of a failed run
     metrics: Dict[str, Any] = field(default_factory=dict)
     objective: Optional[Dict[str, str]] = None  # {"metric": NAME, "mode": "min"|"max"} as the run declares it
+    wall_s: float = 0.0  # the attempts' time by the run's own record (cost.record_wall)
+    attempts: int = 0
+    sys: Dict[str, float] = field(default_factory=dict)  # utilisation the job sampled (metrics.json "sys")
 
     def __post_init__(self) -> None:
         self.state = State(self.state)  # a state given as its JSON text
@@ -214,6 +218,10 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
         metrics=dict(values),
         objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
     )
+    row.wall_s, row.attempts = record_wall(rs, now)
+    sampled = summary.get("sys")
+    if isinstance(sampled, dict):
+        row.sys = {k: float(v) for k, v in sampled.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     own_log = str(RunPaths(spec.run_dir).packed_log) if packed and spec.run_dir else None
     if own_log and _size(own_log) >= 0:  # a packed run's own output; the task's log holds all of its runs
         row.log = own_log

@@ -1,0 +1,58 @@
+"""``hpctrain.load(dir).to_pandas()`` on a 10,000-run sweep, in a fresh interpreter, no torch.
+
+The sweep dir is built as ``status_1000.py`` builds its own (a small real local sweep's run files copied
+into a Slurm-style sweep of N runs, squeue/sacct counted through wrappers on PATH). Prints the time of the
+whole call (best of 3) and whether torch was imported, the figure last.
+
+    .venv/bin/python benchmarks/api_10000.py [--runs 10000]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from status_1000 import build_sweep, counting_bin, make_source  # noqa: E402
+
+CODE = """
+import sys, time
+t0 = time.perf_counter()
+import hpctrain
+frame = hpctrain.load(sys.argv[1]).to_pandas()
+print(f"{time.perf_counter() - t0:.3f} {len(frame)} {'torch' in sys.modules} {int(frame['gpu_hours'].notna().sum())}")
+"""
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=10000)
+    p.add_argument("--source", type=Path, help="a finished sweep whose runs are copied (default: make one)")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="hpctrain-api-bench-") as tmp:
+        work = Path(tmp)
+        source = args.source or make_source(work)
+        sweep = build_sweep(source.absolute(), work / "sweep", args.runs)
+        bin_dir = counting_bin(work)
+        env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                   HPCTRAIN_CALLS_LOG=str(bin_dir / "calls.log"))
+        times, inside = [], []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            out = subprocess.run([sys.executable, "-c", CODE, str(sweep)], capture_output=True, text=True, env=env,
+                                 check=True).stdout.split()
+            times.append(time.perf_counter() - t0)
+            inside.append(float(out[0]))
+        print(f"rows {out[1]}, torch imported: {out[2]}, runs with a cost: {out[3]}")
+        calls = (bin_dir / "calls.log").read_text().split() if (bin_dir / "calls.log").exists() else []
+        print(f"calls in 3 loads: squeue {calls.count('squeue')}, sacct {calls.count('sacct')}")
+    print(f"load().to_pandas() on {args.runs} runs: {min(times):.2f} s whole process, {min(inside):.2f} s in it "
+          f"(best of 3; median {statistics.median(times):.2f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""What each run of a sweep cost: GPU-hours, CPU-hours and wall time over all its attempts.
+
+From accounting where it answers (``sacct -D``: every attempt, requeues and retries included; one call per
+sweep), else estimated from the run's own record (first start to last event) and its allocation, and marked
+so. Runs packed into one task (``runs_per_task``) share its allocation evenly.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from hpctrain.core.state import EventKind, RunState, State
+from hpctrain.slurm import query as slurm
+from hpctrain.slurm.parse import Usage, split_job_id
+
+
+@dataclass(frozen=True)
+class Cost:
+    gpu_hours: float
+    cpu_hours: float
+    wall_s: float  # summed over attempts
+    attempts: int
+    estimated: bool  # True: from the run's record and its allocation, not from accounting
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What one task is given, per the launcher's settings (``multirun.yaml``)."""
+
+    gpus: int = 0
+    cpus: int = 1
+
+
+def allocation(sweep_dir: Path) -> Allocation:
+    """The per-task allocation from the sweep's saved Hydra config; nothing asked of Slurm."""
+    import yaml
+
+    try:
+        with open(Path(sweep_dir) / "multirun.yaml") as f:
+            launcher = ((yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {})
+                        .get("hydra", {}).get("launcher", {})) or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return Allocation()
+    nodes = _int(launcher.get("nodes"), 1) or 1
+    gpus = _int(launcher.get("gpus_per_node"), 0) * nodes
+    tasks = _int(launcher.get("tasks_per_node"), 0) or (gpus // nodes if gpus else 1)
+    cpus = (_int(launcher.get("cpus_per_task"), 1) or 1) * tasks * nodes
+    return Allocation(gpus=gpus, cpus=cpus)
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def from_accounting(attempts: Sequence[Usage], shared_by: int = 1) -> Cost:
+    k = max(1, shared_by)
+    return Cost(gpu_hours=sum(a.gpu_hours for a in attempts) / k, cpu_hours=sum(a.cpu_hours for a in attempts) / k,
+                wall_s=float(sum(a.elapsed_s for a in attempts)), attempts=len(attempts), estimated=False)
+
+
+def record_wall(rs: RunState, now: float) -> "tuple[float, int]":
+    """Seconds the run's attempts took by its own record (each start to the next event that ends it), and
+    how many attempts started; an attempt still running counts up to ``now``."""
+    starts = [e for e in rs.events if e.kind is EventKind.STARTED and e.rank <= 0]
+    wall = 0.0
+    ordered = sorted(rs.events, key=lambda e: e.time_ns)
+    for start in starts:
+        later = [e.time_ns for e in ordered if e.time_ns > start.time_ns and e.kind is not EventKind.STARTED]
+        end_ns = later[0] if later else (now * 1e9 if rs.state in (State.RUNNING, None) else start.time_ns)
+        wall += max(0.0, (end_ns - start.time_ns) / 1e9)
+    return wall, len(starts)
+
+
+def from_record(wall_s: float, attempts: int, alloc: Allocation, shared_by: int = 1) -> Optional[Cost]:
+    """The estimate where accounting does not answer: wall time x the task's allocation."""
+    if not attempts:
+        return None
+    k = max(1, shared_by)
+    return Cost(gpu_hours=alloc.gpus * wall_s / 3600 / k, cpu_hours=alloc.cpus * wall_s / 3600 / k, wall_s=wall_s,
+                attempts=attempts, estimated=True)
+
+
+def sweep_costs(sweep_dir: Path, launcher: str, runs: List[Dict[str, Any]]) -> "tuple[Dict[int, Cost], List[str]]":
+    """``{run index: Cost}`` for runs given as ``{"idx", "job_id", "wall_s", "attempts"}`` (the last two from
+    their records); the problems met, one line each."""
+    problems: List[str] = []
+    shares: Dict[str, int] = {}
+    for r in runs:
+        if r.get("job_id"):
+            shares[r["job_id"]] = shares.get(r["job_id"], 0) + 1
+    by_job: Dict[str, List[Usage]] = {}
+    if launcher == "slurm" and shares:
+        answer = slurm.usage(list(shares))
+        if answer is None:
+            problems.append("sacct did not answer: costs are estimated from the runs' records")
+        else:
+            rows, unreadable = answer
+            if unreadable:
+                problems.append(f"sacct: {unreadable} line(s) could not be read (left out)")
+            for row in rows:
+                by_job.setdefault(row.job_id, []).append(row)
+    alloc = allocation(sweep_dir)
+    out: Dict[int, Cost] = {}
+    for r in runs:
+        job_id = r.get("job_id")
+        attempts = by_job.get(job_id) if job_id else None
+        if attempts is None and job_id and split_job_id(job_id)[1] is None:
+            attempts = by_job.get(f"{job_id}_0")  # a one-point sweep: a plain job, accounted by its own id
+        shared = shares.get(job_id, 1) if job_id else 1
+        cost = (from_accounting(attempts, shared) if attempts
+                else from_record(float(r.get("wall_s") or 0.0), int(r.get("attempts") or 0), alloc, shared))
+        if cost is not None:
+            out[int(r["idx"])] = cost
+    return out, problems
+
