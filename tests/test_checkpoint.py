@@ -11,7 +11,7 @@ import torch
 
 from trainer_helpers import compose, gloo_ranks
 
-from hpctrain.train import checkpoint
+from hpctrain.train import checkpointer as checkpoint
 from hpctrain.train.distributed import DistInfo
 from hpctrain.train.trainer import Trainer
 

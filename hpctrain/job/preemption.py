@@ -2,9 +2,9 @@
 
 submitit handles USR2 (sent before the time limit, or on preemption) by calling the job's
 ``checkpoint()`` and requeueing at once, from inside the signal handler, which can land in the middle
-of an optimizer step. The guard below only records the signal; the trainer checks it at step
-boundaries (all ranks agree on the step), saves a consistent checkpoint on rank 0, and then hands the
-signal to submitit's own handler, which requeues the job and exits.
+of an optimizer step. The guard below only records the signal; the trainer, which holds it among its hooks
+(hpctrain.train.hooks), checks it at step boundaries (all ranks agree on the step), saves a consistent
+checkpoint on rank 0, and then hands the signal to submitit's own handler, which requeues and exits.
 """
 
 import os
@@ -45,6 +45,22 @@ class PreemptionGuard:
         """Restore submitit's handler (a signal after the last step is moot: the run is done)."""
         if self._previous is not None and self._signum is not None:
             signal.signal(self._signum, self._previous)
+
+    # ------------------------------------------------------------------ the trainer's hook protocol
+    def on_start(self, step: int) -> None:
+        self.install()
+
+    def should_stop(self, step: int) -> bool:
+        return self.requested
+
+    def on_stop(self, step: int) -> None:
+        self.hand_over()
+
+    def on_eval(self, step: int, metrics: Any) -> None:
+        return None
+
+    def on_end(self, step: int, status: Any) -> None:
+        self.uninstall()
 
 
 def requeue_with(handler: Callable[..., Any], signum: int) -> None:
