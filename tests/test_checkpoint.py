@@ -144,8 +144,8 @@ def test_the_checkpointer_owns_the_interval(tmp_path):
     assert saved == [5, 10]
     trainer.state["step"] = 12
     assert ckpt.save(12, force=True) and not ckpt.save(12, force=True)  # forced once; the same step not twice
-    steps = [torch.load(tmp_path / "checkpoints" / name, weights_only=True)["step"] for name in ("last.pt", "previous.pt")]
-    assert steps == [12, 10]
+    ckpt_dir = tmp_path / "checkpoints"
+    assert [torch.load(ckpt_dir / name, weights_only=True)["step"] for name in ("last.pt", "previous.pt")] == [12, 10]
     never, _ = _checkpointer(tmp_path / "never", every=0)
     assert not any(never.save(s) for s in range(1, 20)) and not (tmp_path / "never" / "checkpoints").exists()
 

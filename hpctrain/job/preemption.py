@@ -66,10 +66,8 @@ class PreemptionGuard:
 def requeue_with(handler: Callable[..., Any], signum: int) -> None:
     """Call submitit's handler (``checkpoint()``, ``scontrol requeue``, exit) with SIGTERM ignored.
 
-    The requeue makes Slurm send SIGTERM to every process of the job; an ``scontrol requeue`` still
-    running then died of it, submitit raised CalledProcessError (-15), and the run was recorded failed
-    although the job was requeued (seen on the test cluster under load). An ignored signal stays ignored
-    through exec, so scontrol finishes its call; Slurm's SIGKILL after KillWait still ends everything."""
+    The requeue makes Slurm SIGTERM every process of the job, scontrol too; an ignored signal stays
+    ignored through exec, so scontrol finishes its call (docs/decisions.md, 2026-12-01)."""
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         handler(signum, None)
