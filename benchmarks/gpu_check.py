@@ -37,7 +37,7 @@ from torch.nn import functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpctrain.train import checkpoint
+from hpctrain.train import checkpointer as checkpoint
 from hpctrain.train.distributed import DistInfo, allow_tf32, device_index, pick_device, teardown  # noqa: E402
 from hpctrain.train.loggers import peak_flops  # noqa: E402
 from hpctrain.train.peaks import peak_flops_for  # noqa: E402
@@ -196,18 +196,17 @@ def gpt124m(device: torch.device, sizes: Dict[str, Any], smoke: bool, tmp: Path)
                               tmp / label.replace(", ", "_"), device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        batches = trainer.batches()
         t = time.perf_counter()
-        trainer.train_step(batches)  # compiles (when compile=true)
+        trainer.train_step(fetch_ahead=True)  # compiles (when compile=true)
         sync(device)
         first_s = time.perf_counter() - t
         for _ in range(size["warmup"] - 1):
-            trainer.train_step(batches)
+            trainer.train_step(fetch_ahead=True)
         sync(device)
         t = time.perf_counter()
         timed = size["steps"] - size["warmup"]
         for _ in range(timed):
-            loss, _ = trainer.train_step(batches)
+            loss, _ = trainer.train_step(fetch_ahead=True)
         sync(device)
         dt = time.perf_counter() - t
         flops = trainer._flops_per_step() * timed
@@ -221,7 +220,7 @@ def gpt124m(device: torch.device, sizes: Dict[str, Any], smoke: bool, tmp: Path)
             "peak_mem_gb": round(torch.cuda.max_memory_allocated(device) / 2**30, 1) if device.type == "cuda" else None,
             "loss": round(float(loss) / 1, 3), "loss_inside_model": "model" in str(OmegaConf.select(trainer.cfg, "loss._target_", default="")),
         }
-        del trainer, batches
+        del trainer
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return out
@@ -267,16 +266,15 @@ def host_syncs(device: torch.device, sizes: Dict[str, Any], smoke: bool, tmp: Pa
     out: Dict[str, Any] = {}
     for prec, compile_ in (("bf16", True), ("fp16", False)):  # fp16: the GradScaler's syncs, compiled or not
         trainer = trainer_for(gpt_overrides(size, device, prec, compile_, 64, 20), tmp / f"sync_{prec}", device)
-        batches = trainer.batches()
         for _ in range(3):
-            trainer.train_step(batches)  # compile and warm up first
+            trainer.train_step(fetch_ahead=True)  # compile and warm up first
         sync(device)
         torch.cuda.set_sync_debug_mode("warn")
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 for _ in range(5):
-                    trainer.train_step(batches)
+                    trainer.train_step(fetch_ahead=True)
         finally:
             torch.cuda.set_sync_debug_mode(0)
         messages = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message)]

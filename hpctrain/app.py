@@ -39,6 +39,8 @@ def train(cfg: DictConfig) -> float:
     if problems:
         raise ValueError("; ".join(problems))
 
+    from hpctrain.job.preemption import PreemptionGuard
+    from hpctrain.search import bridge
     from hpctrain.train.distributed import init_distributed, teardown
     from hpctrain.train.trainer import Trainer
 
@@ -48,7 +50,8 @@ def train(cfg: DictConfig) -> float:
         own_record = info.is_main and not os.environ.get(record.RECORDED_ENV)  # run mode: no job wrapper
         if own_record:
             record.started(run_dir)
-        trainer = Trainer(cfg, run_dir, info)
+        trial = bridge.current()  # the search trial this run is, or None
+        trainer = Trainer(cfg, run_dir, info, hooks=[PreemptionGuard(), *([trial] if trial else [])])
         result = trainer.fit()
         if own_record:
             record.completed(run_dir)

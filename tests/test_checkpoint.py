@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainer_helpers import compose, gloo_ranks
+from trainer_helpers import compose, gloo_ranks, state_close
 
-from hpctrain.train import checkpoint
+from hpctrain.train import checkpointer as checkpoint
 from hpctrain.train.distributed import DistInfo
 from hpctrain.train.trainer import Trainer
 
@@ -113,3 +113,100 @@ def test_the_requeue_call_survives_the_sigterm_the_requeue_itself_sends():
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
     finally:
         signal.signal(signal.SIGTERM, mine)
+
+
+# ----------------------------------------------------------------------- the Checkpointer itself
+class _Part:
+    """A Stateful stand-in: the trainer's part (a step) or the data position."""
+
+    def __init__(self, **state):
+        self.state = dict(state)
+
+    def state_dict(self):
+        return dict(self.state)
+
+    def load_state_dict(self, state):
+        self.state = {k: state[k] for k in self.state}
+
+
+def _checkpointer(tmp_path, every):
+    trainer, data = _Part(step=0), _Part(epoch=0, batch_in_epoch=0)
+    return checkpoint.Checkpointer(tmp_path / "checkpoints" / "last.pt", every, DistInfo(), trainer, data), trainer
+
+
+def test_the_checkpointer_owns_the_interval(tmp_path):
+    ckpt, trainer = _checkpointer(tmp_path, every=5)
+    saved = []
+    for step in range(1, 13):
+        trainer.state["step"] = step
+        if ckpt.save(step):
+            saved.append(step)
+    assert saved == [5, 10]
+    trainer.state["step"] = 12
+    assert ckpt.save(12, force=True) and not ckpt.save(12, force=True)  # forced once; the same step not twice
+    ckpt_dir = tmp_path / "checkpoints"
+    assert [torch.load(ckpt_dir / name, weights_only=True)["step"] for name in ("last.pt", "previous.pt")] == [12, 10]
+    never, _ = _checkpointer(tmp_path / "never", every=0)
+    assert not any(never.save(s) for s in range(1, 20)) and not (tmp_path / "never" / "checkpoints").exists()
+
+
+def test_the_checkpointer_loads_previous_pt_when_last_pt_is_torn(tmp_path, caplog):
+    ckpt, trainer = _checkpointer(tmp_path, every=1)
+    for step in (1, 2):
+        trainer.state["step"] = step
+        ckpt.save(step)
+    last = tmp_path / "checkpoints" / "last.pt"
+    last.write_bytes(last.read_bytes()[:100])  # a write cut short
+    (tmp_path / "checkpoints" / ".last.pt.tmp-123").write_bytes(b"half")  # and a save killed half-way
+    fresh, restored = _checkpointer(tmp_path, every=1)
+    with caplog.at_level(logging.INFO):
+        assert fresh.load() == 1
+    assert restored.state == {"step": 1}
+    assert "checkpoints/last.pt is unreadable" in caplog.text
+    assert not (tmp_path / "checkpoints" / ".last.pt.tmp-123").exists()
+
+
+class _StopAt:
+    """A preemption stand-in: asks to stop at ``step``; its hand-over ends the process (here: an exception)."""
+
+    class Gone(Exception):
+        pass
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_start(self, step):
+        pass
+
+    def should_stop(self, step):
+        return step >= self.step
+
+    def on_stop(self, step):
+        raise self.Gone(step)
+
+    def on_eval(self, step, metrics):
+        return None
+
+    def on_end(self, step, status):
+        pass
+
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_stopped_and_resumed_equals_an_uninterrupted_run(tmp_path, grad_accum):
+    """Dropout draws from the RNG every step, and batches are fetched ahead: a run stopped mid-way (not at a
+    checkpoint or log step) and resumed ends with the very weights of one that never stopped."""
+    args = ["max_steps=40", "ckpt_every=15", "log_every=7", "eval_every=0", f"grad_accum={grad_accum}",
+            "model._target_=user_models.SlowDropout", "+model.delay_s=0"]
+    whole = Trainer(compose(args), tmp_path / "whole", DistInfo())
+    whole.fit()
+    broken = Trainer(compose(args), tmp_path / "broken", DistInfo(), hooks=[_StopAt(22)])
+    with pytest.raises(_StopAt.Gone) as gone:
+        broken.fit()
+    stopped_at = gone.value.args[0]
+    assert 22 < stopped_at < 40 and stopped_at % 7 and stopped_at % 15
+    resumed = Trainer(compose(args), tmp_path / "broken", DistInfo())
+    assert resumed.step == stopped_at
+    resumed.fit()
+    assert state_close(whole.raw_model.state_dict(), resumed.raw_model.state_dict(), atol=0)
+    (a,), (b,) = (torch.load(t.run_dir / "checkpoints" / "last.pt", weights_only=True)["rng"] for t in (whole, resumed))
+    assert torch.equal(a["torch"], b["torch"]) and a["python"] == b["python"]  # the same RNG stream to the end

@@ -2,9 +2,9 @@
 
 submitit handles USR2 (sent before the time limit, or on preemption) by calling the job's
 ``checkpoint()`` and requeueing at once, from inside the signal handler, which can land in the middle
-of an optimizer step. The guard below only records the signal; the trainer checks it at step
-boundaries (all ranks agree on the step), saves a consistent checkpoint on rank 0, and then hands the
-signal to submitit's own handler, which requeues the job and exits.
+of an optimizer step. The guard below only records the signal; the trainer, which holds it among its hooks
+(hpctrain.train.hooks), checks it at step boundaries (all ranks agree on the step), saves a consistent
+checkpoint on rank 0, and then hands the signal to submitit's own handler, which requeues and exits.
 """
 
 import os
@@ -46,14 +46,28 @@ class PreemptionGuard:
         if self._previous is not None and self._signum is not None:
             signal.signal(self._signum, self._previous)
 
+    # ------------------------------------------------------------------ the trainer's hook protocol
+    def on_start(self, step: int) -> None:
+        self.install()
+
+    def should_stop(self, step: int) -> bool:
+        return self.requested
+
+    def on_stop(self, step: int) -> None:
+        self.hand_over()
+
+    def on_eval(self, step: int, metrics: Any) -> None:
+        return None
+
+    def on_end(self, step: int, status: Any) -> None:
+        self.uninstall()
+
 
 def requeue_with(handler: Callable[..., Any], signum: int) -> None:
     """Call submitit's handler (``checkpoint()``, ``scontrol requeue``, exit) with SIGTERM ignored.
 
-    The requeue makes Slurm send SIGTERM to every process of the job; an ``scontrol requeue`` still
-    running then died of it, submitit raised CalledProcessError (-15), and the run was recorded failed
-    although the job was requeued (seen on the test cluster under load). An ignored signal stays ignored
-    through exec, so scontrol finishes its call; Slurm's SIGKILL after KillWait still ends everything."""
+    The requeue makes Slurm SIGTERM every process of the job, scontrol too; an ignored signal stays
+    ignored through exec, so scontrol finishes its call (docs/decisions.md, 2026-12-01)."""
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         handler(signum, None)

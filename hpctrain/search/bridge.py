@@ -1,13 +1,13 @@
-"""The trainer's view of the trial it runs: report the objective at each eval, ask whether to stop.
+"""The search trial as a trainer hook: report the objective at each eval, say whether to stop (pruned).
 
-The search worker installs a :class:`TrialBridge` around a trial (:func:`activate`); the trainer finds
-it with :func:`current` (``None`` outside a search). Only rank 0 holds the Optuna trial and asks the
-pruner; the trainer broadcasts its answer so every rank stops at the same step. No torch, no optuna
-import here.
+The search worker installs a :class:`TrialBridge` around a trial (:func:`activate`); hpctrain.app finds
+it with :func:`current` (``None`` outside a search) and hands it to the Trainer among its hooks
+(hpctrain.train.hooks.TrainerHook). Only rank 0 holds the Optuna trial and asks the pruner; the trainer
+broadcasts its answer so every rank stops at the same step. No torch, no optuna import here.
 """
 
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 _current: Optional["TrialBridge"] = None
 
@@ -29,6 +29,22 @@ class TrialBridge:
         if prune:
             self.pruned_at = step
         return prune
+
+    # ------------------------------------------------------------------ TrainerHook
+    def on_eval(self, step: int, metrics: Mapping[str, float]) -> Optional[str]:
+        return "the search's pruner" if self.should_prune(metrics.get(self.metric or ""), step) else None
+
+    def on_start(self, step: int) -> None:
+        pass
+
+    def should_stop(self, step: int) -> bool:
+        return False  # preemption is the job's (PreemptionGuard), not the trial's
+
+    def on_stop(self, step: int) -> None:
+        pass
+
+    def on_end(self, step: int, status: Any) -> None:
+        pass
 
 
 def current() -> Optional[TrialBridge]:

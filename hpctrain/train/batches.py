@@ -5,14 +5,15 @@ tensor of them). Dicts (``{"input_ids": ..., "labels": ...}``) are moved key by 
 """
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 
 def _move(value: Any, device: torch.device) -> Any:
     if isinstance(value, torch.Tensor):
-        return value.to(device, non_blocking=True)
+        # async only from pinned host memory to a GPU; anything else is a synchronous copy anyway
+        return value.to(device, non_blocking=device.type == "cuda")
     if isinstance(value, (int, float)):
         return torch.as_tensor(value, device=device)
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) for v in value):
@@ -33,6 +34,29 @@ def to_device(batch: Any, device: torch.device) -> Any:
                         f"in Hugging Face's convention (input_ids, labels, ...)")
     x, y = batch
     return _move(x, device), _move(y, device)
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+
+
+def check_on_device(host: Any, moved: Any, device: torch.device) -> None:
+    """Raise unless every tensor of ``moved`` is on ``device`` and, on a GPU, ``host``'s tensors are pinned
+    (a non_blocking copy from pageable memory is silently synchronous)."""
+    wrong = {str(t.device) for t in _tensors(moved) if t.device != device}
+    if wrong:
+        raise RuntimeError(f"data: a batch has tensors on {sorted(wrong)} after moving it to {device}; "
+                           f"expected every tensor on {device} (a batch type the trainer cannot move?)")
+    if device.type == "cuda" and not all(t.is_pinned() or t.device.type == "cuda" for t in _tensors(host)):
+        raise RuntimeError("data: the DataLoader gave batch tensors outside pinned memory although pin_memory=True; "
+                           "expected tuples, lists or dicts of tensors (or a batch type with .pin_memory())")
 
 
 def batch_size_of(batch: Any) -> int:

@@ -76,8 +76,7 @@ def device_index(local_rank: int, local_world_size: int, n_visible: int, env: Ma
     """
     if local_rank < n_visible and local_world_size <= n_visible:
         return local_rank
-    # the node's GPU count: with --gpus-per-task, SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES are the task's
-    # own (seen on Slurm 22.05: task 1 gets CUDA_VISIBLE_DEVICES=1, SLURM_STEP_GPUS=1, SLURM_GPUS_ON_NODE=2)
+    # the node's GPU count: with --gpus-per-task, SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES are the task's own
     on_node = env.get("SLURM_GPUS_ON_NODE", "")
     node_gpus = int(on_node) if on_node.isdigit() else len(_ids(env.get("SLURM_JOB_GPUS")))
     if 0 < n_visible < node_gpus and n_visible * local_world_size <= node_gpus:

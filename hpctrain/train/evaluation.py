@@ -1,12 +1,21 @@
-"""Validation metrics: built-in metric functions, and the sample-weighted mean over micro-batches and ranks.
+"""Validation: built-in metric functions, the eval pass, and the sample-weighted mean over micro-batches and ranks.
 
 A metric is any callable ``(outputs, targets) -> tensor``: ``outputs`` are the model's predictions
 (see ``model_outputs.logits_of``), the result is the batch's mean (a scalar) or one value per sample.
 """
 
+import contextlib
 from typing import Any, Callable, Dict
 
 import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from hpctrain.train.batches import batch_size_of, to_device
+from hpctrain.train.distributed import DistInfo
+from hpctrain.train.forward import Forward
+from hpctrain.train.outputs import ModelOutputError, logits_of
 
 
 class MetricError(RuntimeError):
@@ -37,3 +46,31 @@ def weighted_means(totals: torch.Tensor, names: list) -> Dict[str, float]:
     values = totals.tolist()  # the eval's one host sync
     count = max(values[-1], 1.0)
     return {name: v / count for name, v in zip(names, values[:-1])}
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, val_set: Dataset, forward: Forward, metric_fns: Dict[str, Callable[..., Any]],
+             micro_bs: int, info: DistInfo, autocast: Callable[[], contextlib.AbstractContextManager],
+             max_batches: int = 20) -> Dict[str, float]:
+    """``val/loss`` and ``val/<metric>``: sample-weighted means over the same samples at any world size."""
+    device = info.device
+    n = min(len(val_set), max_batches * micro_bs * info.world_size)
+    loader = DataLoader(val_set, batch_size=micro_bs, sampler=list(range(info.rank, n, info.world_size)),
+                        collate_fn=getattr(val_set, "collate", None), pin_memory=device.type == "cuda")
+    names = ["val/loss"] + [f"val/{name}" for name in metric_fns]
+    totals = torch.zeros(len(names) + 1, device=device)  # sums of batch means x batch sizes, count
+    for batch in loader:
+        batch = to_device(batch, device)
+        with autocast():
+            outputs, targets = forward(model, batch)
+            values = [forward.loss_of(outputs, targets, batch).float()]
+        if metric_fns:
+            first = f"metrics.{next(iter(metric_fns))}"
+            if targets is None:
+                raise ModelOutputError(f"{first}: the batch has no targets (a dict batch needs 'labels')")
+            preds = logits_of(outputs, first)
+            values += [batch_value(name, fn, preds, targets) for name, fn in metric_fns.items()]
+        totals += torch.stack(values + [torch.ones((), device=device)]) * batch_size_of(batch)
+    if info.enabled:
+        dist.all_reduce(totals)  # every rank's sums: one collective per eval
+    return weighted_means(totals, names)

@@ -5,11 +5,15 @@ line set (Hydra's ``hydra.overrides.task``) are marked ``differs`` so they come 
 after them. The metrics are the objective, then the other final values, as the scalar tags the run logs.
 """
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Mapping
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+from hpctrain.core import paths as runfiles
 
 
 def swept_keys(task_overrides: List[str]) -> Dict[str, str]:
@@ -38,3 +42,22 @@ def summaries(hparams: Dict[str, Any], metric_tags: List[str], swept: Dict[str, 
         info.differs = info.name in swept
     value.metadata.plugin_data.content = data.SerializeToString()
     return [exp, ssi, sei]
+
+
+def run_summaries(cfg: DictConfig, last: Mapping[str, float]) -> List[Summary]:
+    """This run's HParams: its command-line keys first; the objective, then the final values, as metrics."""
+    swept = swept_keys(HydraConfig.get().overrides.task) if HydraConfig.initialized() else {}
+    flat = ordered(flatten(runfiles.redacted(cfg)), swept)
+    tags = [cfg.objective.metric] + [k for k in last if k != cfg.objective.metric]
+    return summaries(flat, [t for t in tags if t in last and not t.startswith("perf/")], swept)
+
+
+def flatten(node: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """``{"model": {"hidden": 8}}`` -> ``{"model.hidden": 8}``, leaves as TensorBoard hparam values."""
+    out: Dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value if isinstance(value, (int, float, str, bool)) else str(value)
+    return out

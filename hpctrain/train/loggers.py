@@ -46,8 +46,7 @@ class RunLogger(NullLogger):
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = Path(run_dir)
-        # purge_step: after a requeue, events past the checkpoint are dropped, so the same
-        # TensorBoard run continues without a doubled stretch of curve.
+        # purge_step: after a requeue, events past the checkpoint are dropped (no doubled stretch of curve)
         self.writer = SummaryWriter(str(self.run_dir / runfiles.TB_DIR), purge_step=start_step or None)
 
     def scalars(self, values: Dict[str, float], step: int) -> None:

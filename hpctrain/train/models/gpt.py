@@ -68,8 +68,7 @@ class GPT(nn.Module):
         x = self.tok_emb(idx) + self.pos_emb(pos)
         for block in self.blocks:
             x = block(x)
-        # the head's matmul runs on the padded shape; the padding columns are then sliced off (a view), so
-        # no caller and no loss ever sees them
+        # the head's matmul runs on the padded shape; its padding columns are sliced off (a view) before any loss
         logits = self.head(self.ln_f(x))[..., : self.vocab_size]
         if targets is None:
             return logits

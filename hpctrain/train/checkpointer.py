@@ -1,29 +1,100 @@
-"""Atomic checkpoints, the previous one kept as a fallback, and every rank's RNG state.
+"""The Checkpointer: when to save, atomic saves with the previous checkpoint kept, the newest complete one loaded.
 
-A checkpoint only counts once it is complete: it is written to a temporary file in the same
-directory, flushed to disk, then renamed over ``last.pt``; the ``last.pt`` it replaces is first
-renamed to ``previous.pt``. A torn or unreadable ``last.pt`` (full disk, a node lost mid-write on a
-file system without atomic renames) is skipped for ``previous.pt`` with a warning.
+What is saved comes from Stateful parts (``state_dict()`` / ``load_state_dict()``): the trainer's own
+(model, optimizer, scheduler, scaler, step, config: the top-level keys of ``last.pt``), the data
+position (``data``) and every rank's RNG state (``rng``, one entry per rank), which the Checkpointer
+owns. A checkpoint only counts once complete: written to a temporary file in the same directory,
+fsynced, then renamed over ``last.pt`` after the old ``last.pt`` is renamed to ``previous.pt``. A torn
+or unreadable ``last.pt`` is skipped for ``previous.pt`` with a warning.
 
-Everything saved is of a type ``torch.load(..., weights_only=True)`` accepts (tensors, lists, tuples,
-dicts, numbers, strings), and checkpoints are loaded that way: nothing from shared storage is
-unpickled as code.
+Everything saved is of a type ``torch.load(..., weights_only=True)`` accepts, and checkpoints are
+loaded that way: nothing from shared storage is unpickled as code.
 """
 
 import logging
 import os
 import random
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 import torch
+import torch.distributed as dist
+
+from hpctrain.train.distributed import DistInfo
 
 log = logging.getLogger(__name__)
 
 PREVIOUS = "previous.pt"
 
 
+class Stateful(Protocol):
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any) -> None: ...
+
+
+class Checkpointer:
+    """Saves every ``every`` steps (0: only when forced) and loads the newest complete checkpoint.
+
+    ``save`` and ``load`` are called on every rank (the RNG states are gathered; all ranks wait for the
+    file); rank 0 alone writes.
+    """
+
+    def __init__(self, path: Path, every: int, info: DistInfo, trainer: Stateful, data: Stateful) -> None:
+        self.path, self.every, self.info = Path(path), int(every or 0), info
+        self.trainer, self.data, self.rng = trainer, data, RankRNG(info)
+        self.saved_step: Optional[int] = None
+
+    def due(self, step: int) -> bool:
+        return self.every > 0 and step % self.every == 0
+
+    def save(self, step: int, force: bool = False) -> bool:
+        """Save if due at ``step`` (or ``force``: the run's last step, a preemption); True if it saved."""
+        if not (force or self.due(step)) or step == self.saved_step:
+            return False
+        state = self.state_dict()  # a collective: every rank's RNG state
+        if self.info.is_main:
+            save_atomic(state, self.path)
+        if self.info.enabled:
+            dist.barrier()  # nobody moves on (or exits for a requeue) before the checkpoint exists
+        self.saved_step = step
+        return True
+
+    def load(self) -> Optional[int]:
+        """Restore the newest complete checkpoint (``last.pt``, else ``previous.pt``); its step, or None."""
+        if self.info.is_main:
+            remove_partial(self.path)
+        state, source = load(self.path, map_location=self.info.device)
+        if state is None:
+            return None
+        self.load_state_dict(state)
+        log.info("resumed from %s at step %d", source, int(state["step"]))
+        return int(state["step"])
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {**self.trainer.state_dict(), "data": self.data.state_dict(), "rng": self.rng.state_dict()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.trainer.load_state_dict(state)
+        self.data.load_state_dict(state["data"])
+        self.rng.load_state_dict(state["rng"])
+
+
+class RankRNG:
+    """Every rank's RNG states (python, numpy, torch, its own CUDA device), saved as a list in rank order."""
+
+    def __init__(self, info: DistInfo) -> None:
+        self.info = info
+
+    def state_dict(self) -> List[Dict[str, Any]]:
+        return gather_rng_states(self.info.device, self.info.world_size)
+
+    def load_state_dict(self, states: Any) -> None:
+        restore_rng_states(states, self.info.rank, self.info.device)
+
+
+# ------------------------------------------------------------------------------------------ files
 def previous_path(path: Path) -> Path:
     return path.with_name(PREVIOUS)
 
@@ -91,7 +162,11 @@ def set_rng_state(state: Dict[str, Any], device: Optional[torch.device] = None) 
     np.random.set_state((n["kind"], n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"],
                          n["cached_gaussian"]))
     torch.set_rng_state(state["torch"].cpu())
-    if "cuda" in state and device is not None and device.type == "cuda":
+    if device is not None and device.type == "cuda":
+        if "cuda" not in state:
+            # a run saved on CPU resumed on a GPU: its dropout masks cannot continue the saved stream
+            log.warning("checkpoint has no CUDA RNG state (saved on CPU): %s keeps its seeded state", device)
+            return
         torch.cuda.set_rng_state(state["cuda"].cpu(), device)
 
 
@@ -100,8 +175,6 @@ def gather_rng_states(device: torch.device, world_size: int) -> List[Dict[str, A
     mine = rng_state(device)
     if world_size == 1:
         return [mine]
-    import torch.distributed as dist
-
     states: List[Any] = [None] * world_size
     dist.all_gather_object(states, mine)
     return states
