@@ -151,8 +151,7 @@ def load(path: Optional[PathLike] = None) -> Sweep:
     declared = snap.objective() or {}
     metric = spec.objective_metric or declared.get("metric")
     direction = Direction.parse(declared.get("mode") or "min")
-    cost_of, cost_problems = costs.sweep_costs(sweep_dir, spec.launcher, [
-        {"idx": r.idx, "job_id": r.job_id, "wall_s": r.wall_s, "attempts": r.attempts} for r in snap.runs])
+    cost_of, cost_problems = costs.for_rows(sweep_dir, spec.launcher, snap.runs)
     problems += cost_problems
     runs = []
     for r in snap.runs:

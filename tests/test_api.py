@@ -67,19 +67,25 @@ def test_the_api_imports_no_torch(tmp_path):
 def test_a_slurm_launch_returns_once_queued_and_its_cost_comes_from_accounting(slurm_cluster, tmp_path, monkeypatch):
     _in_env(monkeypatch, tmp_path)
     start = time.monotonic()
-    sweep = hpctrain.launch(["lr=1e-3,1e-2", "max_steps=10", "hydra.launcher.gpus_per_node=1",
+    sweep = hpctrain.launch(["lr=1e-3,1e-2", "max_steps=10", "device=cpu", "hydra.launcher.gpus_per_node=1",
                              "hydra.launcher.tasks_per_node=1"], launcher="slurm", sweep_dir=tmp_path / "s")
     assert time.monotonic() - start < 60 and all(r.job_id for r in sweep.runs)
     done = sweep.wait(poll_s=1, timeout_s=300)
     assert [r.state for r in done.runs] == [State.COMPLETED, State.COMPLETED], [(r.state, r.note) for r in done.runs]
     for run in done.runs:  # what sacct says, attempt by attempt
         for _ in range(20):
-            acct = subprocess.run(["sacct", "-n", "-P", "-X", "-D", "-j", run.job_id, "-o", "ElapsedRaw,AllocTRES"],
+            acct = subprocess.run(["sacct", "-n", "-P", "-X", "-D", "-j", run.job_id, "-o", "ElapsedRaw,AllocTRES,State"],
                                   capture_output=True, text=True).stdout.split()
-            if acct and "gres/gpu=1" in acct[0]:
+            if acct and acct[-1].endswith("|COMPLETED"):  # the end is in accounting: elapsed counts no more
                 break
             time.sleep(0.5)
         elapsed = sum(int(line.split("|")[0]) for line in acct)
         cost = hpctrain.load(tmp_path / "s").runs[run.index].cost
         assert cost is not None and not cost.estimated, cost
         assert cost.gpu_hours == pytest.approx(elapsed / 3600) and cost.attempts == len(acct)
+    status = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(tmp_path / "s"), "--json"],
+                            capture_output=True, text=True, env=hpctrain_env(), cwd=tmp_path)
+    shown = json.loads(status.stdout)
+    api = hpctrain.load(tmp_path / "s")
+    assert [r["gpu_hours"] for r in shown["runs"]] == pytest.approx([r.gpu_hours for r in api.runs])
+    assert shown["gpu_hours"] == pytest.approx(api.gpu_hours()) and api.gpu_hours() > 0

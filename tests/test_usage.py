@@ -57,3 +57,20 @@ def test_the_test_cluster_accounts_gpus_and_every_attempt(slurm_cluster, tmp_pat
     rows, unreadable = answer
     assert unreadable == 0 and [r.state for r in rows] == ["COMPLETED"], rows
     assert rows[0].gpus == 1 and rows[0].cpus == 1 and rows[0].elapsed_s >= 2
+
+
+def test_total_line_splits_gpu_hours_by_state_and_low_utilisation_is_flagged():
+    from types import SimpleNamespace
+
+    from hpctrain.core.state import State
+    from hpctrain.review import cost
+
+    rows = [SimpleNamespace(idx=0, state=State.COMPLETED, sys={"gpu_util_mean": 85.0}),
+            SimpleNamespace(idx=1, state=State.FAILED, sys={"gpu_util_mean": 7.5, "gpu_mem_peak_gb": 3.2}),
+            SimpleNamespace(idx=2, state=State.CANCELLED, sys={})]
+    cost_of = {0: cost.Cost(2.0, 16.0, 3600, 1, False), 1: cost.Cost(0.5, 4.0, 900, 2, False)}
+    assert cost.total_line(rows, cost_of) == "GPU-hours: 2.5 (completed 2, failed 0.5), CPU-hours: 20"
+    assert cost.shown(cost_of[1]) == "0.5" and cost.shown(None) == "-"
+    assert cost.shown(cost.Cost(0.25, 1, 1, 1, True)) == "~0.25"
+    assert cost.low_utilisation(rows) == ["#1: GPUs 8 % busy on average, peak memory 3.2 GB: a smaller allocation "
+                                          "or more runs per GPU (hydra.launcher.runs_per_task) would do"]

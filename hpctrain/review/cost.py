@@ -116,3 +116,49 @@ def sweep_costs(sweep_dir: Path, launcher: str, runs: List[Dict[str, Any]]) -> "
             out[int(r["idx"])] = cost
     return out, problems
 
+
+
+LOW_GPU_UTIL = 20.0  # % busy on average: below it a run is flagged (status, report)
+
+
+def for_rows(sweep_dir: Path, launcher: str, rows: Sequence[Any]) -> "tuple[Dict[int, Cost], List[str]]":
+    """Costs of review's rows (``runs.RunRecord``), one sacct call for all of them."""
+    return sweep_costs(sweep_dir, launcher, [
+        {"idx": r.idx, "job_id": r.job_id, "wall_s": r.wall_s, "attempts": r.attempts} for r in rows])
+
+
+def total_line(rows: Sequence[Any], cost_of: Dict[int, Cost]) -> Optional[str]:
+    """``GPU-hours: 3.2 (completed 2.9, failed 0.2, cancelled 0.1), CPU-hours: 25.6; ~ estimated``."""
+    if not cost_of:
+        return None
+    by_state: Dict[str, float] = {}
+    for r in rows:
+        c = cost_of.get(r.idx)
+        if c is not None:
+            by_state[r.state.value] = by_state.get(r.state.value, 0.0) + c.gpu_hours
+    gpu = sum(c.gpu_hours for c in cost_of.values())
+    cpu = sum(c.cpu_hours for c in cost_of.values())
+    parts = ", ".join(f"{s} {h:.3g}" for s, h in sorted(by_state.items(), key=lambda kv: -kv[1]) if h > 0)
+    estimated = " (estimated from the runs' records: no accounting)" if all(c.estimated for c in cost_of.values()) else (
+        "; ~ estimated" if any(c.estimated for c in cost_of.values()) else "")
+    return f"GPU-hours: {gpu:.3g}" + (f" ({parts})" if parts else "") + f", CPU-hours: {cpu:.3g}{estimated}"
+
+
+def shown(cost: Optional[Cost]) -> str:
+    """A cell: ``1.25``, ``~1.25`` when estimated, ``-`` when unknown."""
+    if cost is None:
+        return "-"
+    return ("~" if cost.estimated else "") + f"{cost.gpu_hours:.3g}"
+
+
+def low_utilisation(rows: Sequence[Any]) -> List[str]:
+    """One line per run whose GPUs were less than LOW_GPU_UTIL % busy on average (when the job sampled them)."""
+    out = []
+    for r in rows:
+        util = (r.sys or {}).get("gpu_util_mean")
+        if isinstance(util, (int, float)) and util < LOW_GPU_UTIL:
+            peak = (r.sys or {}).get("gpu_mem_peak_gb")
+            out.append(f"#{r.idx}: GPUs {util:.0f} % busy on average"
+                       + (f", peak memory {peak:.1f} GB" if isinstance(peak, (int, float)) else "")
+                       + ": a smaller allocation or more runs per GPU (hydra.launcher.runs_per_task) would do")
+    return out

@@ -12,6 +12,7 @@ from hpctrain.core import manifest as manifests
 from hpctrain.core.atomic import write_text_atomic
 from hpctrain.core.state import FAILURES, Direction
 from hpctrain.launch import provenance
+from hpctrain.review import cost as costs
 from hpctrain.review import fmt, plots
 from hpctrain.review import search as search_review
 from hpctrain.review.plots import Curve, read_scalars
@@ -100,6 +101,10 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
               soft_wrap=True)
     _table(ranking, swept, con)
     con.print(counts_line(snap), soft_wrap=True)
+    cost_of, cost_problems = costs.for_rows(sweep_dir, snap.sweep.launcher, records)
+    cost_lines = [line for line in [costs.total_line(records, cost_of)] if line] + costs.low_utilisation(records)
+    for line in cost_lines + [f"warning: {p}" for p in cost_problems]:
+        con.print(line, soft_wrap=True, markup=False, highlight=False)
     if ranking.best:
         b = ranking.best
         label = fmt.label(b.record.values, b.record.overrides)
@@ -130,8 +135,9 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
                                                          sweep_dir / "optimisation_history.png"))
         write_csv(sweep_dir / "results.csv", result_rows(ranking, swept))
         write_json(sweep_dir / "results.json", ranking, sweep_dir, snap.counts(), command, images)
+        cost_md = "\n## Cost\n\n" + "\n".join(f"- {line}" for line in cost_lines) + "\n" if cost_lines else ""
         write_text_atomic(sweep_dir / "report.md", markdown(
-            ranking, sweep_dir, swept, snap.counts(), command, images))
+            ranking, sweep_dir, swept, snap.counts(), command, images) + cost_md)
     except OSError as exc:
         print(f"hpctrain report: error: cannot write the report into {sweep_dir}: {exc}", file=sys.stderr)
         return 1
