@@ -384,13 +384,16 @@ class Leases:
         """The owner's state when the queue need not be asked; None: ask it."""
         if lease.get("released"):
             return Owner.GONE  # let go at a time limit: resumable at once, no adoption counted
+        job = lease.get("slurm_job_id")
+        local = not job and lease.get("host") == socket.gethostname() and lease.get("pid")
+        if local and self.process(int(lease["pid"])) == Owner.GONE:
+            return Owner.GONE  # a dead process beats no more: no need to wait for its heartbeat to age
         age = self._age(number, lease)
         if age < self._window():
             return Owner.ALIVE  # beating: alive, whatever the queue says
-        job = lease.get("slurm_job_id")
         if job:
             return Owner.GONE if str(job) in self.gone_jobs else None
-        if lease.get("host") == socket.gethostname() and lease.get("pid"):
+        if local:
             return self.process(int(lease["pid"]))
         # nobody can be asked about this owner: its heartbeat is all there is
         return Owner.GONE if age > self.settings.grace_s else Owner.UNKNOWN
@@ -436,8 +439,10 @@ class Leases:
                     continue
                 if fact.state == Owner.ALIVE:
                     continue
-                if not lease.get("released") and self._age(t.number, lease) < self._window():
-                    continue  # it beat since we looked
+                dead = fact.state == Owner.GONE and not lease.get("slurm_job_id") \
+                    and lease.get("host") == socket.gethostname()
+                if not dead and self._age(t.number, lease) < self._window():
+                    continue  # it beat since we looked (a requeued job, running again)
             released = bool(lease.get("released"))
             adoptions = int(lease.get("adoptions", 0)) + (0 if released else 1)
             gen = int(lease["gen"]) + 1
