@@ -1,7 +1,8 @@
 """A search worker: one task of the sweep's job array, running trial after trial until the study is done.
 
 Rank 0 (the leader) claims each trial (:class:`hpctrain.search.study.Leases`: facts gathered outside any
-lock, a quick fenced decision under it; the study is told only while the lease is still its own), announces it to the other ranks of its task (``<sweep>/.hpctrain/workers/<job id>.json``), runs it as a
+lock, a quick fenced decision under it; the study is told only while the lease is still its own),
+announces it to the other ranks of its task (``<sweep>/.hpctrain/workers/<job id>.json``), runs it as a
 run dir of the sweep with Hydra's ``run_job`` (as the launcher's job wrapper runs a sweep point), and
 tells the study the objective. The other ranks run the same trial, the trainer's collectives keeping
 them in step. It is a submitit checkpointable: on preemption or time limit the trainer checkpoints,
