@@ -4,6 +4,7 @@ The Slurm tests run on the real test cluster (slurm/test-cluster.sh); nothing is
 """
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -287,3 +288,72 @@ def test_local_study_with_two_ranks_per_worker_runs_trial_after_trial(tmp_path):
     found = trials(sweep)
     assert [t.state.name for t in found] == ["COMPLETE"] * 3
     assert all(metrics(run_dir_of(sweep, t.number))["world_size"] == 2 for t in found)
+
+
+# ---------------------------------------------------------------- claims, leases and the journal
+def _stale_trials(sweep: Path, jobs: List[str]) -> None:
+    """A study whose first trials are running under Slurm jobs that left the queue long ago (their
+    heartbeats 1000 s old), as a rerun finds it."""
+    from hpctrain.search import study as studies
+    from hpctrain.search.space import parse
+
+    space, _ = parse(["lr=tag(log,interval(1e-4,1e-1))"])
+    settings = studies.Settings(space=space, n_trials=4, n_workers=2, sampler="tpe", seed=0)
+    study = studies.open_study(sweep, settings)
+    for job in jobs:
+        trial = study.ask()
+        trial.suggest_float("lr", 1e-4, 1e-1, log=True)
+        studies.claim(sweep, trial.number, 1, f"{job}_0", time.time() - 1000, slurm_job_id=f"{job}_0",
+                      adoptions=0, worker=0)
+
+
+@pytest.mark.slurm
+def test_slow_failing_squeue_no_trial_held_twice_and_one_failed_answer_counts_no_adoption(tmp_path, slurm_cluster):
+    """squeue answers in SLOW_S s (longer than the study's lock grace) and its first answer is an error:
+    workers ask it under no lock, a failed answer leaves the trial with its owner (no adoption counted),
+    and each dead worker's trial is adopted once, by one worker."""
+    sweep = tmp_path / "sweep"
+    _stale_trials(sweep, ["999998", "999999"])
+    slow_dir, flaky_dir = tmp_path / "slow-bin", tmp_path / "flaky-bin"
+    for d, wrapper in ((slow_dir, "slow"), (flaky_dir, "flaky")):
+        d.mkdir()
+        (d / "squeue").symlink_to(Path(__file__).parent / "helpers" / "slurm_wrappers" / wrapper)
+    env = {"PATH": f"{slow_dir}{os.pathsep}{flaky_dir}{os.pathsep}{os.environ['PATH']}", "SLOW_S": "5",
+           "FLAKY_PATTERN": "fo", "FLAKY_STATE": str(tmp_path), "HPCTRAIN_SEARCH_LOCK_GRACE_S": "3"}
+    proc = run_hpctrain(search(sweep, "lr=tag(log,interval(1e-4,1e-1))", "hydra.sweeper.n_trials=4",
+                               "hydra.launcher.max_parallel=2", *TINY, launcher="local"),
+                        cwd=tmp_path, env=env, timeout=600)
+    out = proc.stdout + proc.stderr + "".join(p.read_text() for p in sweep.rglob("*.log") if p.is_file())
+    assert "did not possess lock" not in out
+    assert int((tmp_path / ".squeue.calls").read_text()) >= 2  # the failed call, then an answer
+    found = trials(sweep)
+    assert sorted(t.number for t in found) == [0, 1, 2, 3]
+    assert all(t.state.name in ("COMPLETE", "PRUNED") for t in found), [(t.number, t.state) for t in found]
+    for t in found:
+        starts = [json.loads(p.read_text())
+                  for p in (run_dir_of(sweep, t.number) / ".hpctrain" / "record").glob("*.started.*")]
+        assert len(starts) == 1, (t.number, starts)  # one worker ran it
+        assert starts[0]["how"] == ("adopted" if t.number < 2 else "new")
+        lease = json.loads((sweep / ".hpctrain" / "trials" / f"{t.number}.json").read_text())
+        assert lease["adoptions"] == (1 if t.number < 2 else 0), lease
+
+
+def test_a_torn_journal_is_set_aside_and_the_same_command_finishes_the_study(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = search(sweep, "lr=tag(log,interval(1e-4,1e-1))", "hydra.sweeper.n_trials=3", "hydra.sweeper.seed=0",
+                  "hydra.launcher.max_parallel=2", *TINY, launcher="local")
+    run_hpctrain(args, cwd=tmp_path, timeout=600)
+    journal = sweep / ".hpctrain" / "study.journal"
+    data = journal.read_bytes()
+    last = data[:-1].rfind(b"\n") + 1
+    fragment = data[last: last + (len(data) - last) // 2]
+    journal.write_bytes(data[:last] + fragment)  # a node lost mid-write: the last line cut in half
+    rerun = run_hpctrain(args, cwd=tmp_path, timeout=600)
+    found = trials(sweep)
+    assert len(found) == 3 and all(t.state.name in ("COMPLETE", "PRUNED") for t in found), \
+        [(t.number, t.state) for t in found]
+    side = sweep / ".hpctrain" / "study.journal.torn"
+    assert side.read_bytes() == fragment + b"\n"
+    reported = [line for line in (rerun.stdout + rerun.stderr).splitlines() if "torn write" in line]
+    assert len(reported) == 1 and str(side) in reported[0], rerun.stderr
+    assert "Traceback" not in rerun.stderr

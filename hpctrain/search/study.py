@@ -2,28 +2,46 @@
 
 No database server and no process on the login node: every worker opens the same journal
 (``<sweep>/.hpctrain/study.journal``, Optuna's ``JournalFileBackend`` with its ``O_EXCL`` file lock,
-which works on NFS, and a grace period after which a lock left by a killed process is broken).
+which works on NFS, and a grace period after which a lock left by a killed process is broken; a torn
+last write is set aside by :mod:`hpctrain.search.journal`).
 
-Who runs which trial is decided under one more such lock (``trials``): a worker first takes back its
-own unfinished trial (it was preempted and requeued), then adopts a trial whose worker is gone (its
-Slurm job left the queue, its local process died, or its heartbeat is older than ``grace_s``), and
-only then asks the sampler for a new trial, while fewer than ``n_trials`` trials exist. Deciding and
-asking under the lock is what keeps the study at exactly ``n_trials`` with several workers racing.
-A trial's owner is written in its lease (``<sweep>/.hpctrain/trials/<number>.json``); the owner
-touches ``<number>.<owner>.alive`` as its heartbeat.
+Claims and leases. A trial's lease is a series of claim files ``<sweep>/.hpctrain/trials/<n>.<gen>.claim``
+(``<n>.json`` is a readable copy of the newest); the claim of the highest generation ``gen`` names the
+owner. A claim is created whole and exclusively (a hard link), so of two workers claiming the same
+generation exactly one wins, even when the lock below was broken. A worker:
+
+1. looks, under no lock: the owner of every running trial that is not beating (its
+   ``<n>.<owner>.alive`` file, touched every ``heartbeat_s``) is asked about: one ``squeue`` for the
+   Slurm jobs, a process check for local workers. A failed query is *unknown*, never gone;
+2. decides, under the short ``trials`` lock (files and the journal only, nothing slow): its own trial
+   after a requeue (claims ``gen + 1``); else a trial whose owner is known gone (its job left the queue,
+   its process died, it released the trial at a time limit), if the lease is still the generation it
+   looked at and has not beaten since; else, while fewer than ``n_trials`` exist, it claims the next
+   number (generation 1) and only then asks Optuna for the trial, so the study never passes
+   ``n_trials``. An owner nobody can ask about loses its trial when its heartbeat is older than
+   ``grace_s``; an unknown one keeps it (the worker waits and looks again);
+3. samples the parameters (the sampler's work) with no lock held;
+4. commits (tells the study) only if the lease still holds the generation it claimed.
+
+Each takeover of a dead owner's trial counts toward ``max_adoptions``; a release does not.
 
 Imports optuna: used on the login node only for search sweeps.
 """
 
+import json
 import os
 import socket
+import sys
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 
 import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 from optuna.trial import FrozenTrial, TrialState
@@ -32,10 +50,12 @@ from hpctrain._compat import optuna as optuna_compat
 from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import SweepPaths
 from hpctrain.core.state import Direction
+from hpctrain.search import journal
 from hpctrain.search.space import Space, grid_size
 
 STUDY_NAME = "search"
 LOCK_GRACE_S = 30  # a lock file untouched this long was left by a killed process: broken
+LOCK_GRACE_ENV = "HPCTRAIN_SEARCH_LOCK_GRACE_S"  # tests shorten the grace period
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")
 PRUNERS = ("median", "asha", "none")
 # the package each optional sampler needs on the compute node (Optuna imports it lazily)
@@ -58,6 +78,7 @@ class Settings:
     grace_s: int = 60  # a trial whose heartbeat is older than this (and whose job is unknown) is adopted
     heartbeat_s: float = 10.0
     max_adoptions: int = 2  # a trial whose worker died this many times ends failed
+    min_time_left_s: float = 180.0  # a worker closer than this to its time limit starts no new trial
     extra: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -69,10 +90,18 @@ def journal_path(sweep_dir: "str | Path") -> str:
     return str(SweepPaths(sweep_dir).study_journal)
 
 
-def storage(sweep_dir: "str | Path") -> JournalStorage:
+def lock_grace_s() -> int:
+    return int(os.environ.get(LOCK_GRACE_ENV) or LOCK_GRACE_S)
+
+
+def storage(sweep_dir: "str | Path", say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)
+            ) -> JournalStorage:
+    """The study's journal; a torn write in it is set aside first (and before every append)."""
     path = journal_path(sweep_dir)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path, grace_period=LOCK_GRACE_S)))
+    lock = journal.RepairingOpenLock(path, grace_period=lock_grace_s(), say=say)
+    journal.repair(path, lock, say)
+    return JournalStorage(JournalFileBackend(path, lock_obj=lock))
 
 
 def exists(sweep_dir: "str | Path") -> bool:
@@ -132,62 +161,133 @@ def budget(settings: Settings) -> int:
 
 
 # ---------------------------------------------------------------- leases
+class Owner(Enum):
+    """What a worker found out about the owner of a running trial."""
+
+    ALIVE = "alive"  # beating, or its job is in the queue, or its process runs
+    GONE = "gone"  # known gone: the queue answered without its job, its process is dead, or it let go
+    UNKNOWN = "unknown"  # a query failed: keeps its trial (never read as gone)
+
+
+class Next(Enum):
+    """No trial for this worker now."""
+
+    DONE = "done"  # the study needs no more work from it
+    WAIT = "wait"  # some owner's fate is unknown (or a claim is under way): look again later
+
+
+QueueAnswer = Callable[[List[str]], Optional[Set[str]]]  # the job ids still in the queue; None: unknown
+ProcessAnswer = Callable[[int], Owner]
+
+
 def leases_dir(sweep_dir: "str | Path") -> str:
     return str(SweepPaths(sweep_dir).trials)
 
 
 def lease_path(sweep_dir: "str | Path", number: int) -> str:
+    """The readable copy of a trial's current lease (the claim files are the truth)."""
     return os.path.join(leases_dir(sweep_dir), f"{number}.json")
+
+
+def claim_path(sweep_dir: "str | Path", number: int, gen: int) -> str:
+    return os.path.join(leases_dir(sweep_dir), f"{number}.{gen}.claim")
 
 
 def alive_path(sweep_dir: "str | Path", number: int, owner: str) -> str:
     return os.path.join(leases_dir(sweep_dir), f"{number}.{owner.replace('/', '_')}.alive")
 
 
+def read_leases(sweep_dir: "str | Path") -> Dict[int, Dict[str, Any]]:
+    """Every trial's current lease: its claim of the highest generation (one directory listing)."""
+    newest: Dict[int, int] = {}
+    legacy: Set[int] = set()
+    try:
+        names = os.listdir(leases_dir(sweep_dir))
+    except OSError:
+        return {}
+    for name in names:
+        parts = name.split(".")
+        if len(parts) == 3 and parts[2] == "claim" and parts[0].isdigit() and parts[1].isdigit():
+            number, gen = int(parts[0]), int(parts[1])
+            newest[number] = max(gen, newest.get(number, 0))
+        elif len(parts) == 2 and parts[1] == "json" and parts[0].isdigit():
+            legacy.add(int(parts[0]))
+    out: Dict[int, Dict[str, Any]] = {}
+    for number, gen in newest.items():
+        lease = read_json(claim_path(sweep_dir, number, gen))
+        if lease is not None:
+            out[number] = {**lease, "gen": gen}
+    for number in legacy - set(out):  # a study begun before claims: its lease is generation 0
+        lease = read_json(lease_path(sweep_dir, number))
+        if lease is not None:
+            out[number] = {**lease, "gen": 0}
+    return out
+
+
 def read_lease(sweep_dir: "str | Path", number: int) -> Optional[Dict[str, Any]]:
-    return read_json(lease_path(sweep_dir, number))
+    return read_leases(sweep_dir).get(number)
 
 
-def write_lease(sweep_dir: "str | Path", number: int, owner: str, **fields: Any) -> Dict[str, Any]:
-    lease = {"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "since": time.time(), **fields}
-    write_json_atomic(lease_path(sweep_dir, number), lease)
-    touch(alive_path(sweep_dir, number, owner))
+def claim(sweep_dir: "str | Path", number: int, gen: int, owner: str, now: float,
+          **fields: Any) -> Optional[Dict[str, Any]]:
+    """Make ``owner`` the holder of generation ``gen`` of the trial's lease, or None when someone else
+    claimed that generation first. The claim file is created whole and exclusively (a hard link fails
+    when the name exists, on NFS too), so two claimants of one generation never both win, lock or no lock."""
+    os.makedirs(leases_dir(sweep_dir), exist_ok=True)
+    lease = {"owner": owner, "host": socket.gethostname(), "pid": os.getpid(), "since": now, "gen": gen,
+             "number": number, **fields}
+    path = claim_path(sweep_dir, number, gen)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(lease, f, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)
+        won = True
+    except FileExistsError:
+        won = os.stat(tmp).st_nlink == 2  # NFS: a retried link answers EEXIST although it was ours
+    finally:
+        os.unlink(tmp)
+    if not won:
+        return None
+    write_json_atomic(Path(lease_path(sweep_dir, number)), lease)
+    touch(alive_path(sweep_dir, number, owner), now)
     return lease
 
 
-def touch(path: str) -> None:
+def touch(path: str, now: Optional[float] = None) -> None:
     with open(path, "a"):
-        os.utime(path)
+        os.utime(path, None if now is None else (now, now))
 
 
-def heartbeat_age(sweep_dir: "str | Path", number: int, owner: str) -> float:
+def heartbeat_age(sweep_dir: "str | Path", number: int, owner: str, now: Optional[float] = None) -> float:
     try:
-        return time.time() - os.stat(alive_path(sweep_dir, number, owner)).st_mtime
+        return (time.time() if now is None else now) - os.stat(alive_path(sweep_dir, number, owner)).st_mtime
     except OSError:
         return float("inf")
 
 
-def owner_gone(lease: Dict[str, Any]) -> Optional[bool]:
-    """Whether the lease's worker is certainly gone: True (its job left the queue, its process died),
-    False (still queued or running), None (cannot tell: go by the heartbeat)."""
-    job_id = lease.get("slurm_job_id")
-    if job_id:
-        from hpctrain.slurm import parse as slurm_parse
-        from hpctrain.slurm import query as slurm
+def slurm_queue(job_ids: List[str]) -> Optional[Set[str]]:
+    """The jobs of ``job_ids`` still in Slurm's queue; None when squeue could not answer."""
+    from hpctrain.slurm import parse as slurm_parse
+    from hpctrain.slurm import query as slurm
 
-        queue = slurm.squeue([job_id])
-        if queue is None:
-            return None  # the query failed: unknown, never gone
-        return not slurm_parse.in_queue(queue, job_id)
-    if lease.get("host") == socket.gethostname() and lease.get("pid"):
-        try:
-            os.kill(int(lease["pid"]), 0)
-        except ProcessLookupError:
-            return True
-        except OSError:
-            return None
-        return _is_zombie(int(lease["pid"]))
-    return None
+    queue = slurm.squeue(job_ids)
+    if queue is None:
+        return None
+    return {j for j in job_ids if slurm_parse.in_queue(queue, j)}
+
+
+def process_state(pid: int) -> Owner:
+    """A process of this host: alive, gone (dead or a zombie), or unknown (cannot be asked)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return Owner.GONE
+    except OSError:
+        return Owner.UNKNOWN
+    return Owner.GONE if _is_zombie(pid) else Owner.ALIVE
 
 
 def _is_zombie(pid: int) -> bool:
@@ -198,27 +298,19 @@ def _is_zombie(pid: int) -> bool:
         return False
 
 
-def lease_lost(sweep_dir: "str | Path", number: int, lease: Optional[Dict[str, Any]], settings: Settings) -> bool:
-    """A running trial nobody works on any more."""
-    if lease is None:
-        return True  # asked, then its worker died before it wrote the lease (cannot happen under the lock)
-    age = heartbeat_age(sweep_dir, number, str(lease["owner"]))
-    if age < min(settings.grace_s, 3 * settings.heartbeat_s):
-        return False  # beating: alive, whatever the queue says (and no squeue call)
-    gone = owner_gone(lease)
-    if gone is not None:
-        return gone  # a requeued worker still in the queue keeps its trial
-    return age > settings.grace_s
-
-
 @contextmanager
 def trials_lock(sweep_dir: "str | Path") -> Iterator[None]:
-    lock = JournalFileOpenLock(str(SweepPaths(sweep_dir).trials), grace_period=LOCK_GRACE_S)
+    """A short lock for quick decisions (never held across a slow call). It may be broken by a waiter
+    after its grace period: what must not be decided twice is fenced by :func:`claim`, not by it."""
+    lock = JournalFileOpenLock(str(SweepPaths(sweep_dir).trials), grace_period=lock_grace_s())
     lock.acquire()
     try:
         yield
     finally:
-        lock.release()
+        try:
+            lock.release()
+        except RuntimeError:
+            pass  # broken by a waiter while we held it: our claims were fenced all the same
 
 
 # ---------------------------------------------------------------- deciding the next trial
@@ -231,40 +323,217 @@ class Assignment:
     params: Dict[str, Any]
     how: str  # new | resumed | adopted
     adoptions: int = 0
+    gen: int = 0  # the lease generation this worker holds: checked at commit
+    trial: Any = field(default=None, repr=False)  # the optuna.Trial just asked (new trials)
+
+
+@dataclass
+class Seen:
+    """What :meth:`Leases.look` found out about a running trial's owner, outside the lock."""
+
+    gen: int
+    state: Owner
+
+
+class Leases:
+    """One worker's side of the claim protocol (see the module docstring). ``clock``, ``queue`` and
+    ``process`` are what the tests replace: no real sleeping, no real squeue."""
+
+    def __init__(self, sweep_dir: "str | Path", settings: Settings, me: str, fields: Dict[str, Any],
+                 clock: Callable[[], float] = time.time, queue: QueueAnswer = slurm_queue,
+                 process: ProcessAnswer = process_state) -> None:
+        self.sweep_dir, self.settings, self.me, self.fields = sweep_dir, settings, me, fields
+        self.clock, self.queue, self.process = clock, queue, process
+        self.gone_jobs: Set[str] = set()  # a job the queue answered without: gone for good (a requeue keeps its id queued)
+
+    # ------------------------------------------------------------ facts, outside the lock
+    def _window(self) -> float:
+        s = self.settings
+        return min(s.grace_s, 3 * s.heartbeat_s)
+
+    def _age(self, number: int, lease: Dict[str, Any]) -> float:
+        return heartbeat_age(self.sweep_dir, number, str(lease["owner"]), self.clock())
+
+    def look(self, study: optuna.Study) -> Dict[int, Seen]:
+        """The state of the owner of every running trial that is not this worker's; slow calls (one
+        squeue for all the jobs, process checks) are made here, under no lock."""
+        running = [t.number for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+        leases = read_leases(self.sweep_dir)
+        seen: Dict[int, Seen] = {}
+        ask: Dict[int, str] = {}
+        for number in running:
+            lease = leases.get(number)
+            if lease is None or lease.get("owner") == self.me:
+                continue
+            state = self._without_queue(number, lease)
+            if state is None:
+                ask[number] = str(lease["slurm_job_id"])
+            else:
+                seen[number] = Seen(int(lease["gen"]), state)
+        if ask:
+            in_queue = self.queue(sorted(set(ask.values())))
+            for number, job in ask.items():
+                if in_queue is None:
+                    state = Owner.UNKNOWN  # a failed query: unknown, never gone
+                elif job in in_queue:
+                    state = Owner.ALIVE
+                else:
+                    self.gone_jobs.add(job)
+                    state = Owner.GONE
+                seen[number] = Seen(int(leases[number]["gen"]), state)
+        return seen
+
+    def _without_queue(self, number: int, lease: Dict[str, Any]) -> Optional[Owner]:
+        """The owner's state when the queue need not be asked; None: ask it."""
+        if lease.get("released"):
+            return Owner.GONE  # let go at a time limit: resumable at once, no adoption counted
+        job = lease.get("slurm_job_id")
+        local = not job and lease.get("host") == socket.gethostname() and lease.get("pid")
+        if local and self.process(int(lease["pid"])) == Owner.GONE:
+            return Owner.GONE  # a dead process beats no more: no need to wait for its heartbeat to age
+        age = self._age(number, lease)
+        if age < self._window():
+            return Owner.ALIVE  # beating: alive, whatever the queue says
+        if job:
+            return Owner.GONE if str(job) in self.gone_jobs else None
+        if local:
+            return self.process(int(lease["pid"]))
+        # nobody can be asked about this owner: its heartbeat is all there is
+        return Owner.GONE if age > self.settings.grace_s else Owner.UNKNOWN
+
+    # ------------------------------------------------------------ the decision, under the lock
+    def next_trial(self, study: optuna.Study) -> "Assignment | Next":
+        """This worker's next trial, or why there is none now. Facts first (no lock), then the decision
+        under :func:`trials_lock` (quick: files and the journal only), then the sampler (no lock)."""
+        seen = self.look(study)
+        with trials_lock(self.sweep_dir):
+            got = self.decide(study, seen)
+        if isinstance(got, Assignment):
+            self._fill_params(study, got)
+        return got
+
+    def decide(self, study: optuna.Study, seen: Dict[int, Seen]) -> "Assignment | Next":
+        s, me, now = self.settings, self.me, self.clock()
+        trials = study.get_trials(deepcopy=False)
+        leases = read_leases(self.sweep_dir)
+        running = [t for t in trials if t.state == TrialState.RUNNING]
+        undecided = False
+        for t in running:  # our own, from before a requeue
+            lease = leases.get(t.number)
+            if lease is not None and lease.get("owner") == me and not lease.get("released"):
+                adoptions = int(lease.get("adoptions", 0))
+                if self._claim(t.number, int(lease["gen"]) + 1, adoptions) is not None:
+                    return self._assignment(t, "resumed", adoptions, int(lease["gen"]) + 1)
+        for t in running:  # a gone worker's
+            lease = leases.get(t.number)
+            if lease is None:  # asked, then its asker died before its claim was read: by the trial's age
+                if now - t.datetime_start.timestamp() <= s.grace_s:
+                    undecided = True
+                    continue
+                lease = {"gen": 0, "adoptions": 0}
+            elif lease.get("released"):
+                pass  # let go at a time limit: anyone resumes it
+            elif lease.get("owner") == me:
+                continue  # ours, and someone claimed it again first
+            else:
+                fact = seen.get(t.number)
+                if fact is None or fact.gen != int(lease["gen"]) or fact.state == Owner.UNKNOWN:
+                    undecided = True  # not looked at, or changed hands since: look again
+                    continue
+                if fact.state == Owner.ALIVE:
+                    continue
+                dead = fact.state == Owner.GONE and not lease.get("slurm_job_id") \
+                    and lease.get("host") == socket.gethostname()
+                if not dead and self._age(t.number, lease) < self._window():
+                    continue  # it beat since we looked (a requeued job, running again)
+            released = bool(lease.get("released"))
+            adoptions = int(lease.get("adoptions", 0)) + (0 if released else 1)
+            gen = int(lease["gen"]) + 1
+            if self._claim(t.number, gen, adoptions) is None:
+                continue  # another worker took it first
+            if adoptions > s.max_adoptions:
+                settle_failed(study, t, f"its worker died {adoptions - 1} time(s) while running it")
+                continue
+            return self._assignment(t, "adopted", adoptions, gen)
+        number = len(trials)
+        if number >= budget(s):
+            return Next.WAIT if undecided else Next.DONE
+        lease = leases.get(number)  # the next number's claim: its claimant is asking now, or died asking
+        if lease is not None and now - float(lease.get("since", 0)) <= s.grace_s:
+            return Next.WAIT
+        gen = (int(lease["gen"]) if lease else 0) + 1
+        if self._claim(number, gen, 0) is None:
+            return Next.WAIT
+        trial = study.ask()  # the sampler's per-parameter work waits for _fill_params, outside the lock
+        if trial.number != number:  # someone asked without claiming first (not hpctrain): claim what we got
+            gen = int((read_lease(self.sweep_dir, trial.number) or {"gen": 0})["gen"]) + 1
+            if self._claim(trial.number, gen, 0) is None:
+                return Next.WAIT
+        return Assignment(trial.number, optuna_compat.trial_id(trial), {}, "new", 0, gen, trial)
+
+    def _claim(self, number: int, gen: int, adoptions: int, **extra: Any) -> Optional[Dict[str, Any]]:
+        return claim(self.sweep_dir, number, gen, self.me, self.clock(), adoptions=adoptions,
+                     **self.fields, **extra)
+
+    @staticmethod
+    def _assignment(t: FrozenTrial, how: str, adoptions: int, gen: int) -> Assignment:
+        return Assignment(t.number, optuna_compat.trial_id(t), dict(t.params), how, adoptions, gen)
+
+    def _fill_params(self, study: optuna.Study, a: Assignment) -> None:
+        """The trial's parameters, sampled now (no lock held) for a new trial or one whose asker died
+        before it sampled; a trial's stored parameters are kept."""
+        missing = [p for p in self.settings.space.params if p.name not in a.params]
+        if not missing:
+            return
+        trial = a.trial if a.trial is not None else optuna.Trial(study, a.trial_id)
+        for p in missing:
+            a.params[p.name] = suggest(trial, p.name, p.distribution())
+        a.trial = None
+
+    # ------------------------------------------------------------ the holder's side
+    def holds(self, a: Assignment) -> bool:
+        lease = read_lease(self.sweep_dir, a.number)
+        return lease is not None and lease.get("owner") == self.me and int(lease["gen"]) == a.gen \
+            and not lease.get("released")
+
+    def beat(self, a: Assignment) -> None:
+        touch(alive_path(self.sweep_dir, a.number, self.me), self.clock())
+
+    def commit(self, study: optuna.Study, a: Assignment, state: TrialState, value: Optional[float] = None) -> bool:
+        """Tell the study how the trial ended, if this worker still holds its lease (the generation it
+        claimed); False when it lost the trial to another worker, or the trial was settled already."""
+        with trials_lock(self.sweep_dir):
+            if not self.holds(a):
+                return False
+            return tell(study, a.number, state, value)
+
+    def release(self, a: Assignment) -> bool:
+        """Let the trial go unfinished (a time limit): the next worker resumes it, no adoption counted."""
+        with trials_lock(self.sweep_dir):
+            if not self.holds(a):
+                return False
+            return self._claim(a.number, a.gen + 1, a.adoptions, released=True) is not None
+
+
+def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
+    """``trial.suggest_*`` for a distribution (Optuna's public calls)."""
+    if isinstance(dist, FloatDistribution):
+        return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, list(dist.choices))
+    raise TypeError(f"{name}: unexpected distribution {dist!r}")
 
 
 def next_trial(study: optuna.Study, settings: Settings, sweep_dir: "str | Path", me: str,
-               owner_fields: Dict[str, Any]) -> Optional[Assignment]:
-    """Under :func:`trials_lock`: this worker's next trial, or None when the study needs no more work."""
-    os.makedirs(leases_dir(sweep_dir), exist_ok=True)
-    trials = study.get_trials(deepcopy=False)
-    running = [t for t in trials if t.state == TrialState.RUNNING]
-    for t in running:  # our own, from before a requeue
-        lease = read_lease(sweep_dir, t.number)
-        if lease is not None and lease.get("owner") == me:
-            write_lease(sweep_dir, t.number, me, adoptions=lease.get("adoptions", 0), **owner_fields)
-            return Assignment(t.number, optuna_compat.trial_id(t), dict(t.params), "resumed",
-                              int(lease.get("adoptions", 0)))
-    for t in running:  # a dead worker's
-        lease = read_lease(sweep_dir, t.number)
-        if not lease_lost(sweep_dir, t.number, lease, settings):
-            continue
-        adoptions = int((lease or {}).get("adoptions", 0)) + 1
-        if adoptions > settings.max_adoptions:
-            settle_failed(study, t, f"its worker died {adoptions - 1} time(s) while running it")
-            continue
-        write_lease(sweep_dir, t.number, me, adoptions=adoptions, **owner_fields)
-        return Assignment(t.number, optuna_compat.trial_id(t), dict(t.params), "adopted", adoptions)
-    if len(trials) >= budget(settings):
-        return None
-    trial = study.ask({p.name: p.distribution() for p in settings.space.params})
-    write_lease(sweep_dir, trial.number, me, adoptions=0, **owner_fields)
-    return Assignment(trial.number, optuna_compat.trial_id(trial), dict(trial.params), "new")
+               owner_fields: Dict[str, Any]) -> "Assignment | Next":
+    """This worker's next trial (:meth:`Leases.next_trial` with the real clock, squeue and processes)."""
+    return Leases(sweep_dir, settings, me, owner_fields).next_trial(study)
 
 
 def settle_failed(study: optuna.Study, trial: FrozenTrial, why: str) -> None:
-    try:
-        # the reason first: a finished trial's attributes can no longer be set
+    try:  # the reason first: a finished trial takes no more attributes
         optuna_compat.set_trial_system_attr(study, optuna_compat.trial_id(trial), "hpctrain:failed", why)
         study.tell(trial.number, state=TrialState.FAIL)
     except (ValueError, RuntimeError):  # UpdateFinishedTrialError is a RuntimeError

@@ -1,12 +1,15 @@
 """A search worker: one task of the sweep's job array, running trial after trial until the study is done.
 
-Rank 0 (the leader) decides each trial under the study's lock (:func:`hpctrain.search.study.next_trial`),
+Rank 0 (the leader) claims each trial (:class:`hpctrain.search.study.Leases`: facts gathered outside any
+lock, a quick fenced decision under it; the study is told only while the lease is still its own),
 announces it to the other ranks of its task (``<sweep>/.hpctrain/workers/<job id>.json``), runs it as a
 run dir of the sweep with Hydra's ``run_job`` (as the launcher's job wrapper runs a sweep point), and
 tells the study the objective. The other ranks run the same trial, the trainer's collectives keeping
 them in step. It is a submitit checkpointable: on preemption or time limit the trainer checkpoints,
 the task is requeued, and the leader takes back the same trial (its lease names this task) before
-asking for another.
+asking for another. A task that submitit does not requeue any more (out of ``max_num_timeout``) leaves
+its checkpointed trial to the next worker (released, not failed) and stops, as does a leader too close
+to its time limit to start a trial. Errors of the shared storage are retried on a freshly opened study.
 """
 
 import math
@@ -15,7 +18,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import cloudpickle
 import submitit
@@ -37,6 +40,10 @@ from hpctrain.search.bridge import TrialBridge, activate
 from hpctrain.search.space import trial_dirname
 
 POLL_S = 0.2
+WAIT_S = 5.0  # between looks while an owner's fate is unknown
+WAIT_MAX_GRACES = 5  # a worker waits for unknown owners at most this many grace periods
+INFRA_RETRIES = 3
+INTERRUPTED = "interrupted"
 _running: Dict[str, Any] = {}  # this process's current trial (run dir), for checkpoint()
 
 
@@ -63,22 +70,50 @@ class SearchWorker:
     def _lead(self, env: submitit.JobEnvironment, worker: int) -> Dict[str, Any]:
         me = str(env.job_id)
         sweep = self.sweep_dir
-        study = studies.open_study(sweep, self.settings, worker)
+        self.worker = worker
+        self.study = studies.open_study(sweep, self.settings, worker)
         owner = {"slurm_job_id": me if os.environ.get("SLURM_JOB_ID") else None, "worker": worker}
+        leases = studies.Leases(sweep, self.settings, me, owner)
         done: List[Dict[str, Any]] = []
-        seq = 0
+        seq, waited, why = 0, 0.0, "no trial left"
         while True:
-            with studies.trials_lock(sweep):
-                a = studies.next_trial(study, self.settings, sweep, me, owner)
-            seq += 1
-            self._announce(me, seq, a)
-            if a is None:
+            left = _time_left()
+            if left is not None and left < self.settings.min_time_left_s:
+                why = f"{left:.0f} s to its time limit: no new trial"
                 break
+            a = self._retrying("choosing a trial", lambda st: leases.next_trial(st))
+            if a is studies.Next.WAIT and waited < WAIT_MAX_GRACES * self.settings.grace_s:
+                time.sleep(WAIT_S)  # an owner's fate is unknown (the queue did not answer): look again
+                waited += WAIT_S
+                continue
+            seq += 1
+            self._announce(me, seq, a if isinstance(a, studies.Assignment) else None)
+            if not isinstance(a, studies.Assignment):
+                break
+            waited = 0.0
             print(f"hpctrain search: worker {worker} ({me}): trial {a.number} ({a.how}) {a.params}", flush=True)
-            state, value = self._run(a, me, study, seq)
+            state, value = self._run(a, me, self.study, seq, leases)
             done.append({"trial": a.number, "state": state, "value": value})
-        print(f"hpctrain search: worker {worker} ({me}): no trial left; ran {len(done)}", flush=True)
+            if state == INTERRUPTED:
+                why = f"trial {a.number} interrupted by the time limit, left to the next worker"
+                break
+        print(f"hpctrain search: worker {worker} ({me}): {why}; ran {len(done)}", flush=True)
         return {"worker": worker, "trials": done}
+
+    def _retrying(self, what: str, step: Callable[[Any], Any]) -> Any:
+        """``step(study)``, again on a fresh study after an error of the shared storage (a torn journal,
+        an NFS hiccup, a broken lock), a few times before giving up."""
+        for attempt in range(INFRA_RETRIES + 1):
+            try:
+                return step(self.study)
+            except (OSError, ValueError, RuntimeError) as exc:
+                if attempt == INFRA_RETRIES:
+                    raise
+                print(f"hpctrain search: worker {self.worker}: {what}: {type(exc).__name__}: {exc}; "
+                      f"retrying", flush=True)
+                time.sleep(2 ** attempt)
+                self.study = studies.open_study(self.sweep_dir, self.settings, self.worker)
+        raise AssertionError("unreachable")
 
     def _announce(self, me: str, seq: int, a: Optional[studies.Assignment]) -> None:
         """Tell this task's other ranks which trial comes next (or that none does)."""
@@ -103,7 +138,8 @@ class SearchWorker:
             ran += 1
 
     # ------------------------------------------------------------------ one trial
-    def _run(self, a: studies.Assignment, me: str, study: Any, seq: int) -> "tuple[Optional[State], Optional[float]]":
+    def _run(self, a: studies.Assignment, me: str, study: Any, seq: int,
+             leases: Optional[studies.Leases] = None) -> "tuple[Optional[State] | str, Optional[float]]":
         """Run one trial on this rank; on rank 0 (``study`` given) record and tell how it ended."""
         _fresh_rendezvous_port(seq)
         s, sweep = self.settings, self.sweep_dir
@@ -122,6 +158,7 @@ class SearchWorker:
         trial = live_trial(study, a.trial_id) if lead else None
         beat = _Heartbeat(studies.alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
         _running["run_dir"] = run_dir
+        _running.pop("interrupted", None)
         bridge = TrialBridge(a.number, s.metric, trial)
         try:
             with activate(bridge):
@@ -133,7 +170,12 @@ class SearchWorker:
                 beat.stop()
         if not lead:
             return None, None
-        return self._settle(study, a, run_dir, ret, bridge)
+        assert leases is not None
+        if _running.pop("interrupted", False):  # checkpoint() ran and submitit did not requeue us
+            if not self._retrying("releasing a trial", lambda st: leases.release(a)):
+                print(f"hpctrain search: trial {a.number}: no longer ours to release", flush=True)
+            return INTERRUPTED, None
+        return self._settle(a, run_dir, ret, bridge, leases)
 
     def _register(self, a: studies.Assignment, dirname: str, overrides: List[str], me: str,
                   max_steps: Optional[int]) -> None:
@@ -149,23 +191,29 @@ class SearchWorker:
             events.submitted(run_dir, trial=a.number)
         events.started(run_dir, job_id=me, trial=a.number, how=a.how)
 
-    def _settle(self, study: Any, a: studies.Assignment, run_dir: Path, ret: Any,
-                bridge: TrialBridge) -> "tuple[State, Optional[float]]":
+    def _settle(self, a: studies.Assignment, run_dir: Path, ret: Any, bridge: TrialBridge,
+                leases: studies.Leases) -> "tuple[State, Optional[float]]":
         from optuna.trial import TrialState
 
         s = self.settings
+
+        def tell(state: TrialState, value: Optional[float] = None) -> None:
+            if not self._retrying("telling the study", lambda st: leases.commit(st, a, state, value)) \
+                    and not leases.holds(a):
+                print(f"hpctrain search: trial {a.number}: its lease passed to another worker; not told",
+                      flush=True)
         result = stored_value(ret)
         if ret.status == JobStatus.FAILED:
             error = "".join(traceback.format_exception(result))[-3000:] if isinstance(result, BaseException) else str(result)
             events.failed(run_dir, error=error, rank=0, job_id=os.environ.get("SLURM_JOB_ID"))
-            studies.tell(study, a.number, TrialState.FAIL)
+            tell(TrialState.FAIL)
             summary.write(run_dir, trial=a.number)
             return State.FAILED, None
         if bridge.pruned_at is not None or events.read(run_dir).state == State.PRUNED \
                 or (isinstance(result, dict) and State.parse(result.get("status")) is State.PRUNED):
             if events.read(run_dir).state != State.PRUNED:
                 events.pruned(run_dir, step=bridge.pruned_at, reason="the pruner stopped it", rank=0)
-            studies.tell(study, a.number, TrialState.PRUNED)
+            tell(TrialState.PRUNED)
             summary.write(run_dir, trial=a.number)
             return State.PRUNED, None
         value = objective_value(result, run_dir, s.metric)
@@ -175,11 +223,11 @@ class SearchWorker:
         if value is None:
             events.failed(run_dir, error=f"no objective: the task function returned {str(result)[:200]!r} and "
                                          f"metrics.json has no {s.metric!r}", rank=0)
-            studies.tell(study, a.number, TrialState.FAIL)
+            tell(TrialState.FAIL)
             summary.write(run_dir, **fields)
             return State.FAILED, None
         events.completed(run_dir, value=value)
-        studies.tell(study, a.number, TrialState.COMPLETE, value)
+        tell(TrialState.COMPLETE, value)
         summary.write(run_dir, **fields)
         return State.COMPLETED, value
 
@@ -189,6 +237,7 @@ class SearchWorker:
         run_dir = _running.get("run_dir")
         if run_dir is not None:
             events.requeued(run_dir)
+            _running["interrupted"] = True  # seen by _run only when submitit did not requeue (out of timeouts)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
@@ -216,6 +265,15 @@ def _fresh_rendezvous_port(seq: int) -> None:
         return  # the first trial: the trainer exports the job's port (distributed.job_master_port)
     base = int(os.environ.setdefault("HPCTRAIN_BASE_MASTER_PORT", os.environ["MASTER_PORT"]))
     os.environ["MASTER_PORT"] = str(MASTER_PORTS[(base - MASTER_PORTS.start + seq) % len(MASTER_PORTS)])
+
+
+def _time_left() -> Optional[float]:
+    """Seconds to this Slurm job's time limit (``SLURM_JOB_END_TIME``), None outside Slurm."""
+    end = os.environ.get("SLURM_JOB_END_TIME")
+    try:
+        return float(end) - time.time() if end else None
+    except ValueError:
+        return None
 
 
 def _attempt() -> str:

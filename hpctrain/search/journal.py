@@ -1,0 +1,156 @@
+"""The study's journal file kept readable after a torn write (a node lost in the middle of an append).
+
+Optuna's ``JournalFileBackend`` appends whole lines under its file lock. A writer killed mid-append
+leaves a last line without its newline (or cut short); the next append is then glued onto it, and every
+reader dies of ``JSONDecodeError`` once a line follows the broken one. Two repairs, both under the
+journal's own lock:
+
+- before every append (:class:`RepairingOpenLock`, the lock Optuna takes to append): a last line that is
+  not a whole JSON line is moved to the side file ``study.journal.torn``;
+- when a study is opened (:func:`repair`): every line that is not JSON is set aside, keeping a whole log
+  glued onto a fragment (the fragment goes to the side file, the log stays).
+
+Each repair is reported once, in one line naming the side file.
+"""
+
+import json
+import os
+import sys
+from typing import Callable, List, Optional
+
+from optuna.storages.journal import JournalFileOpenLock
+
+TORN_SUFFIX = ".torn"
+LOG_START = b'{"op_code":'  # how Optuna writes every log (json.dumps, compact separators)
+TAIL_BYTES = 1 << 16  # the last line of a journal is far shorter than this
+
+
+def side_file(path: str) -> str:
+    return path + TORN_SUFFIX
+
+
+def _whole(line: bytes) -> bool:
+    if not line.endswith(b"\n"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _set_aside(path: str, fragments: List[bytes]) -> str:
+    side = side_file(path)
+    with open(side, "ab") as f:
+        for frag in fragments:
+            f.write(frag if frag.endswith(b"\n") else frag + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return side
+
+
+def _report(path: str, nbytes: int, side: str) -> str:
+    return (f"hpctrain: the study journal {path} ended in a torn write ({nbytes} bytes, a writer lost "
+            f"mid-append): set aside in {side}; the study goes on")
+
+
+def cut_torn_tail(path: str) -> Optional[str]:
+    """Move a last line that is not whole JSON to the side file (call under the journal's lock); the
+    one-line report, or None when the tail is whole."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if size == 0:
+        return None
+    with open(path, "rb") as f:
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return None  # every append ends with its newline: a whole last write (one byte read)
+        start = max(0, size - TAIL_BYTES)
+        f.seek(start)
+        tail = f.read()
+    cut = tail.rfind(b"\n") + 1  # the start of the last line, in tail
+    if cut == 0 and start > 0:
+        return None  # a last line longer than TAIL_BYTES: not a journal we wrote; left to repair()
+    last = tail[cut:]
+    if _whole(last + b"\n"):
+        with open(path, "ab") as f:  # only the newline was lost: the log itself is whole
+            f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return None
+    side = _set_aside(path, [last])
+    with open(path, "r+b") as f:
+        f.truncate(start + cut)
+        f.flush()
+        os.fsync(f.fileno())
+    return _report(path, len(last), side)
+
+
+def repair(path: str, lock: JournalFileOpenLock, say: Callable[[str], None]) -> Optional[str]:
+    """Set aside every line of the journal that is not JSON (under ``lock``), saying so in one line."""
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        if all(_whole(line) for line in f):
+            return None  # the common case: nothing to do, the lock not taken
+    lock.acquire()
+    try:
+        with open(path, "rb") as f:
+            lines = f.readlines()
+        kept: List[bytes] = []
+        fragments: List[bytes] = []
+        for line in lines:
+            if not line.endswith(b"\n") and _whole(line + b"\n"):
+                line += b"\n"  # only the newline was lost
+            if _whole(line):
+                kept.append(line)
+                continue
+            glued = line.rfind(LOG_START, 1)  # a whole log appended onto a torn one
+            if glued > 0 and _whole(line[glued:]):
+                fragments.append(line[:glued])
+                kept.append(line[glued:])
+            else:
+                fragments.append(line)
+        if not fragments:
+            if kept != lines:
+                _rewrite(path, kept)
+            return None
+        side = _set_aside(path, fragments)
+        _rewrite(path, kept)
+    finally:
+        lock.release()
+    message = _report(path, sum(len(x) for x in fragments), side)
+    say(message)
+    return message
+
+
+def _rewrite(path: str, lines: List[bytes]) -> None:
+    tmp = f"{path}.repair.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.writelines(lines)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class RepairingOpenLock(JournalFileOpenLock):
+    """Optuna's ``O_EXCL`` lock; once held, a torn last line is set aside before Optuna appends."""
+
+    def __init__(self, journal: str, grace_period: int, say: Callable[[str], None] = _stderr) -> None:
+        super().__init__(journal, grace_period=grace_period)
+        self.journal, self.say = journal, say
+
+    def acquire(self) -> bool:
+        got = super().acquire()
+        try:
+            message = cut_torn_tail(self.journal)
+        except OSError:
+            message = None  # shared storage hiccup: Optuna's append reports its own error
+        if message:
+            self.say(message)
+        return got
