@@ -250,14 +250,14 @@ def test_held_script_app_composes_the_yaml_of_submit_time(slurm_cluster, tmp_pat
 
 
 def test_settings_accept_false_or_the_keys_and_name_what_is_wrong():
-    from hpctrain.launch.snapshot import Settings, read_settings
+    from hpctrain.launch.snapshot import SnapshotOptions, read_options
 
-    assert read_settings(False) == (None, [])
-    assert read_settings({"enabled": False, "paths": [], "max_mb": 50}) == (None, [])
-    assert read_settings({"enabled": True, "paths": ["lib"], "max_mb": 5}) == (Settings(True, ["lib"], 5.0), [])
-    assert read_settings({"max_mb": 0})[1] == ["hydra.launcher.snapshot.max_mb=0: expected a number > 0"]
-    assert read_settings({"paths": "lib"})[1] == ["hydra.launcher.snapshot.paths='lib': expected a list of paths"]
-    assert read_settings("yes")[1][0].startswith("hydra.launcher.snapshot='yes': expected false")
+    assert read_options(False) == (None, [])
+    assert read_options({"enabled": False, "paths": [], "max_mb": 50}) == (None, [])
+    assert read_options({"enabled": True, "paths": ["lib"], "max_mb": 5}) == (SnapshotOptions(True, ["lib"], 5.0), [])
+    assert read_options({"max_mb": 0})[1] == ["hydra.launcher.snapshot.max_mb=0: expected a number > 0"]
+    assert read_options({"paths": "lib"})[1] == ["hydra.launcher.snapshot.paths='lib': expected a list of paths"]
+    assert read_options("yes")[1][0].startswith("hydra.launcher.snapshot='yes': expected false")
 
 
 def test_left_out_virtual_environments_outputs_and_bytecode():
