@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from hpctrain.core import events as record
 from hpctrain.core import paths as runfiles
 from hpctrain.core.run import RunSpec
-from hpctrain.launch import provenance, snapshot
+from hpctrain.launch import provenance
+from hpctrain.launch.code import CodeStage
 from hpctrain.launch.container import check_container, container_command, default_binds
 from hpctrain.launch.errors import LaunchError
 from hpctrain.launch.plan import Run, constant_keys, exclude_from_names, plan_runs
@@ -55,7 +56,7 @@ class BaseLauncher(Launcher):
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
-        self.code: Optional[snapshot.CodeCopy] = None  # the code snapshot: planned in check(), taken once
+        self.code = CodeStage(self.params.snapshot, self.params.container)  # planned in check(), taken once
         self.record_path: Optional[Path] = None  # this submission's record of what ran (provenance.py)
         self.names_decided = False  # constant keys left out of run-dir names: decided once per sweep
         self._returns: Optional[Returns] = None
@@ -163,7 +164,7 @@ class BaseLauncher(Launcher):
         returns = self.returns()
         if self.params.dry_run:
             print(submission.render())
-            self.say_snapshot(dry_run=True)
+            self.code.say(dry_run=True)
             print("dry run: nothing submitted")
             return [returns.placeholder(r, JobStatus.COMPLETED) for r in runs]
         if not todo:
@@ -265,53 +266,19 @@ class BaseLauncher(Launcher):
         lines = [f"export {name}={shlex.quote(str(value))}" for name, value in self.params.env.items()]
         return lines + list(self.params.setup) + self.snapshot_lines()
 
-    # ------------------------------------------------------------------ the code snapshot (hpctrain/launch/snapshot.py)
+    # ------------------------------------------------------------------ the code snapshot (hpctrain/launch/code.py)
     def plan_snapshot(self, sweep_dir: Path) -> List[str]:
         """What the snapshot would copy, and its problems; planned once per process (one per sweep)."""
-        options, problems = snapshot.read_options(self.params.snapshot)
-        if options is not None and self.code is None:
-            self.code = snapshot.plan(options, _cwd(), Files.next_in(sweep_dir).code_dir, exclude=[sweep_dir])
-        return problems + (self.code.problems if self.code else [])
+        return self.code.plan(sweep_dir)
 
     def snapshot_lines(self) -> List[str]:
-        """The job script's lines that make its Python import the snapshot first."""
-        if self.code is None:
-            return []
-        c = self.params.container
-        return snapshot.setup_lines(self.code.python_path(_cwd()), c.runtime if c.image else None)
-
-    def say_snapshot(self, dry_run: bool = False, seconds: float = 0.0) -> None:
-        """On stderr, as notes: stdout keeps the dry run's script and run list as they were."""
-        if self.code is None:
-            print("hpctrain: no code snapshot (hydra.launcher.snapshot=false): tasks import the live tree",
-                  file=sys.stderr)
-            return
-        for note in self.code.notes:
-            print(f"hpctrain: {note}", file=sys.stderr)
-        size = sum(self.code.files.values()) / 2**20
-        done = "would copy" if dry_run else f"copied in {seconds:.2f} s"
-        print(f"hpctrain: code snapshot: {len(self.code.files)} files, {size:.1f} MB, {done} to {self.code.code_dir}",
-              file=sys.stderr)
+        return self.code.lines()
 
     def take_snapshot(self, submission: Submission) -> HydraContext:
         """Copy the code (once per process) and record what runs; the Hydra context the job composes with."""
         assert self.hydra_context is not None
-        if self.code is not None and not self.code.taken:
-            try:
-                self.say_snapshot(seconds=self.code.take())
-            except OSError as exc:
-                raise LaunchError(f"nothing submitted: cannot write the code snapshot {self.code.code_dir}: {exc}")
-        elif self.code is None:
-            self.say_snapshot()
-        c = self.params.container
-        repos = self.code.repos if self.code else snapshot.source_repos(_cwd())
-        runs = [r.idx for r in submission.runs] if submission.calling != Calling.POSITIONAL else []
-        self.record_path = provenance.write(
-            submission.files.base, submission.sweep_dir, runs=runs, repos=repos,
-            code_dir=self.code.code_dir if self.code else None,
-            python_path=self.code.python_path(_cwd()) if self.code else None, job_python=submission.python,
-            image=c.image)
-        return snapshot.relocate_search_path(self.hydra_context, self.code) if self.code else self.hydra_context
+        context, self.record_path = self.code.take(submission, self.hydra_context)
+        return context
 
     # ------------------------------------------------------------------ sweep.json (the manifest)
     def record_submission(self, sweep_dir: Path, runs: List[Run]) -> None:
@@ -343,10 +310,6 @@ class BaseLauncher(Launcher):
         for idx, job_id in job_ids.items():
             manifest["runs"][str(idx)]["job_id"] = job_id
         runfiles.write_json_atomic(sweep_dir / runfiles.SWEEP_MANIFEST, manifest)
-
-
-def _cwd() -> Path:
-    return Path(os.path.realpath(os.getcwd()))
 
 
 def _check_writable(sweep_dir: Path) -> List[str]:

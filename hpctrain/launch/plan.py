@@ -411,11 +411,6 @@ def exclude_from_names(config: DictConfig, keys: Sequence[str]) -> None:
         config.hydra.overrides.hydra.append(f"hydra.job.config.override_dirname.exclude_keys=[{quoted}]")
 
 
-def exclude_constant_keys(config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> None:
-    """Name run dirs by what varies: :func:`constant_keys` of ``job_overrides`` left out of the names."""
-    exclude_from_names(config, constant_keys(job_overrides))
-
-
 def _one_line(exc: BaseException) -> str:
     text = str(exc)
     if exc.__cause__ is not None:  # Hydra's "Error merging override x=y" holds the reason in its cause
