@@ -67,10 +67,10 @@ import atexit, runpy, sys, time
 T0 = time.perf_counter()
 from hydra.core.plugins import Plugins
 phases = {}
-ORDER = ["launcher.launch (all below)", "  exclude_constant_keys", "  plan_runs (compose groups once, copy per point)",
+ORDER = ["launcher.launch (all below)", "  constant_keys", "  plan_runs (compose groups once, copy per point)",
          "  check (resources, container, validate_job per point)",
          "  take_snapshot (copy the code once, record what ran)", "  record_submission (manifest, events)",
-         "  submit (submitit map_array, sbatch)", "  record_job_ids"]
+         "  send (submitit map_array, sbatch)", "  record_job_ids"]
 def timed(owner, name, key):
     f = getattr(owner, name)
     def wrapper(*a, **k):
@@ -86,12 +86,12 @@ def patch_launcher():
     for key in ORDER:
         phases.setdefault(key, 0.0)
     timed(L.BaseLauncher, "launch", ORDER[0])
-    timed(L, "exclude_constant_keys", ORDER[1])
+    timed(L, "constant_keys", ORDER[1])
     timed(L, "plan_runs", ORDER[2])
     timed(L.BaseLauncher, "check", ORDER[3])
     timed(L.BaseLauncher, "take_snapshot", ORDER[4])
     timed(L.BaseLauncher, "record_submission", ORDER[5])
-    timed(S.SlurmLauncher, "submit", ORDER[6])
+    timed(S.SlurmLauncher, "send", ORDER[6])
     timed(L.BaseLauncher, "record_job_ids", ORDER[7])
 instantiate_sweeper = Plugins.instantiate_sweeper
 def instantiate_then_patch(self, *args, **kwargs):

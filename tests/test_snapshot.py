@@ -250,14 +250,14 @@ def test_held_script_app_composes_the_yaml_of_submit_time(slurm_cluster, tmp_pat
 
 
 def test_settings_accept_false_or_the_keys_and_name_what_is_wrong():
-    from hpctrain.launch.snapshot import Settings, read_settings
+    from hpctrain.launch.snapshot import SnapshotOptions, read_options
 
-    assert read_settings(False) == (None, [])
-    assert read_settings({"enabled": False, "paths": [], "max_mb": 50}) == (None, [])
-    assert read_settings({"enabled": True, "paths": ["lib"], "max_mb": 5}) == (Settings(True, ["lib"], 5.0), [])
-    assert read_settings({"max_mb": 0})[1] == ["hydra.launcher.snapshot.max_mb=0: expected a number > 0"]
-    assert read_settings({"paths": "lib"})[1] == ["hydra.launcher.snapshot.paths='lib': expected a list of paths"]
-    assert read_settings("yes")[1][0].startswith("hydra.launcher.snapshot='yes': expected false")
+    assert read_options(False) == (None, [])
+    assert read_options({"enabled": False, "paths": [], "max_mb": 50}) == (None, [])
+    assert read_options({"enabled": True, "paths": ["lib"], "max_mb": 5}) == (SnapshotOptions(True, ["lib"], 5.0), [])
+    assert read_options({"max_mb": 0})[1] == ["hydra.launcher.snapshot.max_mb=0: expected a number > 0"]
+    assert read_options({"paths": "lib"})[1] == ["hydra.launcher.snapshot.paths='lib': expected a list of paths"]
+    assert read_options("yes")[1][0].startswith("hydra.launcher.snapshot='yes': expected false")
 
 
 def test_left_out_virtual_environments_outputs_and_bytecode():
@@ -284,7 +284,7 @@ def test_a_file_that_vanishes_between_listing_and_copying_is_left_out_and_said(t
 
     repo = _work_tree(tmp_path / "proj")
     monkeypatch.setattr(snapshot, "hpctrain_checkout", lambda: None)
-    snap = snapshot.plan(snapshot.Settings(True, [], 50.0), repo, tmp_path / "code")
+    snap = snapshot.plan(snapshot.SnapshotOptions(True, [], 50.0), repo, tmp_path / "code")
     assert str(repo / "notes.swp") in snap.files and not snap.problems
     (repo / "notes.swp").unlink()
     snap.take()
@@ -305,6 +305,6 @@ def test_a_git_that_hangs_is_one_problem_not_a_traceback(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(snapshot, "GIT_TIMEOUT_S", 1)
     monkeypatch.setattr(snapshot, "hpctrain_checkout", lambda: None)
-    snap = snapshot.plan(snapshot.Settings(True, [], 50.0), repo, tmp_path / "code")
+    snap = snapshot.plan(snapshot.SnapshotOptions(True, [], 50.0), repo, tmp_path / "code")
     assert snap.problems == [f"code snapshot of {repo}: `git ls-files -z --cached --others --exclude-standard` "
                              f"in {repo} gave no answer within 1 s"]

@@ -4,10 +4,11 @@ jobs run and the layout of its folder (log and result file names, the result pic
 When a release moves one of these, this module is the one to change (canaries: tests/test_compat.py).
 """
 
+import functools
 import os
 import pickletools
 import shlex
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 # the module submitit's sbatch script runs on every task: ``python -u -m submitit.core._submit FOLDER``
 SUBMIT_MODULE = "submitit.core._submit"
@@ -34,6 +35,28 @@ def make_sbatch_string(**params: Any) -> str:
 def submit_command(python: str, folder: str) -> str:
     """The command submitit's SlurmExecutor puts on the srun line of its script."""
     return " ".join([python, f"-u -m {SUBMIT_MODULE}", shlex.quote(folder)])
+
+
+def sbatch_script(executor: Dict[str, Any], parameters: Dict[str, Any], n_tasks: int) -> str:
+    """The sbatch script a ``SlurmExecutor(**executor)`` with ``parameters`` writes for ``n_tasks`` tasks,
+    by submitit's own writer and command line (no srun needed: nothing is submitted)."""
+    writer = _script_writer()(**executor)
+    writer.update_parameters(**parameters)
+    if n_tasks > 1:  # as map_array sets it on its copy of the executor
+        writer.parameters["map_count"] = n_tasks
+    return writer._make_submission_file_text(writer._submitit_command_str, "dry-run")
+
+
+@functools.lru_cache(maxsize=None)
+def _script_writer() -> Any:
+    from submitit.slurm.slurm import SlurmExecutor
+
+    class ScriptWriter(SlurmExecutor):
+        @classmethod
+        def affinity(cls) -> int:
+            return 1  # SlurmExecutor refuses to exist without srun; writing a script needs none
+
+    return ScriptWriter
 
 
 def preemption_signal() -> Any:

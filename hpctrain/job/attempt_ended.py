@@ -13,10 +13,11 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 from hpctrain.core import events, summary
 from hpctrain.core.state import State
+from hpctrain.core.run import RunSpec
 from hpctrain.slurm import query as slurm
 
 
@@ -38,13 +39,22 @@ def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log
     return attempt
 
 
+def task_run_dirs(runs_file: Path, index: int) -> List[Path]:
+    """The run dirs of task ``index`` of a submission's run list (``Submission.runs_json``: the sweep dir and,
+    per task, its runs' :meth:`RunSpec.to_json`); none for an index past its end."""
+    data = json.loads(runs_file.read_text())
+    if isinstance(data, list):  # a submission made before run lists held RunSpecs: run dirs, a list per pack
+        task = data[index] if 0 <= index < len(data) else []
+        return [Path(d) for d in (task if isinstance(task, list) else [task])]
+    tasks, sweep_dir = data["tasks"], Path(data["sweep_dir"])
+    if not 0 <= index < len(tasks):
+        return []
+    return [RunSpec.from_json(spec, sweep_dir).run_dir for spec in tasks[index]]
+
+
 def main(argv: list) -> int:
     runs_file, index, exit_code, max_retries = argv[0], int(argv[1] or 0), int(argv[2]), int(argv[3])
-    tasks = json.loads(Path(runs_file).read_text())
-    if not 0 <= index < len(tasks):
-        return 0
-    # one run dir per task, or the list of a packed task's run dirs (runs_per_task > 1)
-    run_dirs = [Path(d) for d in (tasks[index] if isinstance(tasks[index], list) else [tasks[index]])]
+    run_dirs = task_run_dirs(Path(runs_file), index)
     log = argv[4] if len(argv) > 4 else ""
     retries = [attempt_ended(d, exit_code, max_retries, log) for d in run_dirs]  # every run decides, none skipped
     if any(r is not None for r in retries):

@@ -38,12 +38,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from hpctrain._compat.submitit import preemption_signal
 from hpctrain.core import paths as runfiles
 from hpctrain.core.state import FINAL, State
+from hpctrain.core.run import RunSpec
 from hpctrain.job.preemption import requeue_with
 
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
 MEMORY_FRACTION_ENV = "HPCTRAIN_GPU_MEMORY_FRACTION"
 CANCEL_LOOK_S = 1.0  # how often the task reads its running runs' records for a cancel
-Point = Tuple[int, List[str], str]  # (sweep index, overrides, run dir)
 
 
 def slots(k: int, gpus: Sequence[str], cpus: Sequence[int]) -> List[Tuple[Optional[str], List[int]]]:
@@ -89,34 +89,36 @@ class PackJob:
         self.memory_fraction = memory_fraction
         self.app = app  # the task function's fingerprint, as SweepJob records it on completion
 
-    def __call__(self, points: List[Point]) -> Dict[int, str]:
-        from hpctrain.core import events as record
+    def __call__(self, points: List[Dict[str, Any]]) -> Dict[int, str]:
+        """``points``: the pack's runs as the plan decided them (:meth:`RunSpec.to_json`)."""
+        from hpctrain.core import events
 
         todo = []
         for point in points:
-            state = record.read(point[2]).state
+            spec = RunSpec.from_json(point, Path(self.sweep_dir))
+            state = events.read(spec.run_dir).state
             if state in FINAL:  # completed, or ended for good: never run twice
-                print(f"hpctrain pack: #{point[0]} {Path(point[2]).name} is {state}: not run again", flush=True)
+                print(f"hpctrain pack: #{spec.idx} {spec.name} is {state}: not run again", flush=True)
             else:
-                todo.append(point)
+                todo.append((spec, point))
         placed = slots(len(todo), task_gpus(), task_cpus())
         self._preload()
         signum = preemption_signal()
         submitit_handler = signal.getsignal(signum)
         preempted = []
-        children: List[Tuple[Point, int]] = []
+        children: List[Tuple[RunSpec, int]] = []
         codes: Dict[int, int] = {}
 
         def pass_on(sig: int, frame: Any) -> None:
             preempted.append(sig)
-            for (idx, _, _), pid in children:
-                if idx not in codes:
+            for spec, pid in children:
+                if spec.idx not in codes:
                     os.kill(pid, sig)
 
         signal.signal(signum, pass_on)
-        for point, (gpu, cpus) in zip(todo, placed):
-            children.append((point, self._fork(point, gpu, cpus)))
-            print(f"hpctrain pack: started #{point[0]} {Path(point[2]).name} (pid {children[-1][1]}, "
+        for (spec, point), (gpu, cpus) in zip(todo, placed):
+            children.append((spec, self._fork(spec, point, gpu, cpus)))
+            print(f"hpctrain pack: started #{spec.idx} {spec.name} (pid {children[-1][1]}, "
                   f"GPU {gpu if gpu is not None else '-'}, CPUs {_ranges(cpus)})", flush=True)
         cancelled: set = set()
         next_look = time.time() + CANCEL_LOOK_S
@@ -124,21 +126,22 @@ class PackJob:
             look = time.time() >= next_look  # `hpctrain cancel --run N` writes `cancelled` into run N's record
             if look:
                 next_look = time.time() + CANCEL_LOOK_S
-            for (idx, _, run_dir), pid in children:
+            for spec, pid in children:
+                idx, run_dir = spec.idx, spec.run_dir
                 if idx in codes:
                     continue
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
                     codes[idx] = os.waitstatus_to_exitcode(status)
                     print(f"hpctrain pack: #{idx} ended, exit code {codes[idx]}", flush=True)
-                elif look and record.read(run_dir).state is State.CANCELLED:
+                elif look and events.read(run_dir).state is State.CANCELLED:
                     os.kill(pid, signal.SIGKILL)  # cancelled: nothing to keep (submitit's children ignore SIGTERM)
                     cancelled.add(idx)
                     _note(run_dir, f"hpctrain pack: #{idx} {runfiles.PACKED_CANCELLED}: stopped pid {pid}")
                     print(f"hpctrain pack: #{idx} cancelled: stopped pid {pid}; the task's other runs go on",
                           flush=True)
             time.sleep(0.2)
-        states = {idx: str(record.read(run_dir).state) for (idx, _, run_dir), _ in children}
+        states = {spec.idx: str(events.read(spec.run_dir).state) for spec, _ in children}
         if any(c == REQUEUE_EXIT for c in codes.values()) and callable(submitit_handler):
             print(f"hpctrain pack: every run of the task has ended or checkpointed ({states}); requeueing", flush=True)
             requeue_with(submitit_handler, signum)  # submitit: checkpoint() below, scontrol requeue, exit
@@ -160,8 +163,8 @@ class PackJob:
         for module in getattr(task_function, "preload", ()):
             importlib.import_module(module)
 
-    def _fork(self, point: Point, gpu: Optional[str], cpus: List[int]) -> int:
-        log = Path(point[2]) / runfiles.PACKED_LOG
+    def _fork(self, spec: RunSpec, point: Dict[str, Any], gpu: Optional[str], cpus: List[int]) -> int:
+        log = spec.run_dir / runfiles.PACKED_LOG
         log.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         sys.stdout.flush()
@@ -182,7 +185,7 @@ class PackJob:
                 os.sched_setaffinity(0, cpus)
             if self.memory_fraction:
                 os.environ[MEMORY_FRACTION_ENV] = str(self.memory_fraction)
-            code = child(self.payload, self.sweep_dir, json.dumps(list(point)), self.app)
+            code = child(self.payload, self.sweep_dir, json.dumps(point), self.app)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -195,7 +198,7 @@ class PackJob:
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
-def _note(run_dir: str, line: str) -> None:
+def _note(run_dir: Path, line: str) -> None:
     """A line in the run's own log (``hpctrain cancel`` waits for it)."""
     try:
         with open(Path(run_dir) / runfiles.PACKED_LOG, "a") as f:
@@ -209,16 +212,19 @@ def _ranges(cpus: List[int]) -> str:
 
 
 def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
-    """One packed run, in its own process: SweepJob as a one-run task would call it."""
+    """One packed run, in its own process: SweepJob as a one-run task would call it (``point_json``: the
+    run's :meth:`RunSpec.to_json`)."""
     from hpctrain.core import events as record
     from hpctrain.core import summary
 
-    idx, overrides, run_dir = json.loads(point_json)
+    point = json.loads(point_json)
+    spec = RunSpec.from_json(point, Path(sweep_dir))
+    idx, run_dir = spec.idx, spec.run_dir
     signum = preemption_signal()
 
     def requeue(sig: int, frame: Any) -> None:
         """The trainer hands the signal here after its checkpoint (or it came before training began)."""
-        record.requeued(run_dir)
+        events.requeued(run_dir)
         summary.write(run_dir)
         os._exit(REQUEUE_EXIT)
 
@@ -236,7 +242,7 @@ def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
         if n:
             sys.modules["torch"].set_num_threads(int(n))
     try:
-        SweepJob(payload, sweep_dir, app)(idx, list(overrides), run_dir)
+        SweepJob(payload, sweep_dir, app)(point)
     except BaseException as exc:  # noqa: BLE001 - recorded by SweepJob; the exit code tells the parent
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             return 0

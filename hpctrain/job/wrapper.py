@@ -13,7 +13,7 @@ local launcher), so a crash of any rank counts the same.
 
 import os
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict
 
 import cloudpickle
 import submitit
@@ -26,6 +26,7 @@ from hpctrain._compat.hydra import stored_value
 from hpctrain.core import events as record
 from hpctrain.core import paths as runfiles
 from hpctrain.core import summary
+from hpctrain.core.run import RunSpec
 
 
 def save_payload(path: Path, hydra_context: Any, task_function: Any, config: Any) -> None:
@@ -38,7 +39,10 @@ class SweepJob:
         self.sweep_dir = sweep_dir
         self.app = app  # the task function's fingerprint: a rerun of the same code skips completed runs
 
-    def __call__(self, idx: int, overrides: List[str], run_dir: str) -> JobReturn:
+    def __call__(self, run: Dict[str, Any]) -> JobReturn:
+        """One run, as the plan decided it (:meth:`RunSpec.to_json`): Hydra's output dir is its run dir."""
+        spec = RunSpec.from_json(run, Path(self.sweep_dir))
+        run_dir = str(spec.run_dir)
         env = submitit.JobEnvironment()
         os.environ[record.RECORDED_ENV] = "1"
         if env.global_rank == 0:
@@ -47,17 +51,19 @@ class SweepJob:
             hydra_context, task_function, config, singleton_state = cloudpickle.load(f)
         Singleton.set_state(singleton_state)
         setup_globals()
-        sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
-        with open_dict(sweep_config.hydra.job):
+        sweep_config = hydra_context.config_loader.load_sweep_config(config, list(spec.overrides))
+        with open_dict(sweep_config.hydra):
             sweep_config.hydra.job.id = env.job_id
-            sweep_config.hydra.job.num = idx
+            sweep_config.hydra.job.num = spec.idx
+            # the planned dir, not hydra.sweep.subdir resolved again here (job id, resolvers, clock)
+            sweep_config.hydra.run.dir = run_dir
         HydraConfig.instance().set_config(sweep_config)
         ret = run_job(
             hydra_context=hydra_context,
             task_function=task_function,
             config=sweep_config,
-            job_dir_key="hydra.sweep.dir",
-            job_subdir_key="hydra.sweep.subdir",
+            job_dir_key="hydra.run.dir",
+            job_subdir_key=None,
         )
         if ret.status == JobStatus.COMPLETED:
             if env.global_rank == 0:
@@ -82,7 +88,8 @@ class SweepJob:
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2 (rank 0): requeue the same call; the app resumes from its checkpoint."""
-        run_dir = args[2] if len(args) > 2 else kwargs["run_dir"]
+        run = args[0] if args else kwargs["run"]
+        run_dir = RunSpec.from_json(run, Path(self.sweep_dir)).run_dir
         record.requeued(run_dir)
         summary.write(run_dir)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)

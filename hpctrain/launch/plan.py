@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hpctrain._compat.hydra import apply_overrides, get_overrides_dirname, group_checker
 from hpctrain._compat.omegaconf import interpolation_parser_memoized
+from hpctrain.core.run import RunSpec
 from hpctrain.schema import DIRNAME_TEMPLATE
 from hpctrain.schema import dirname as hpctrain_dirname
 
@@ -46,10 +47,10 @@ _UNSET: Any = object()
 
 @dataclass
 class Run:
-    idx: int
-    overrides: List[str]
-    run_dir: Path
-    max_steps: Any = None
+    """A planned run: its :class:`~hpctrain.core.run.RunSpec` (what is handed to the job) and, built only
+    when read, the app's config for it."""
+
+    spec: RunSpec
     _make_cfg: Optional[Callable[[], DictConfig]] = field(default=None, repr=False)
     _cfg: Optional[DictConfig] = field(default=None, repr=False)
 
@@ -62,8 +63,31 @@ class Run:
         return self._cfg
 
     @property
+    def idx(self) -> int:
+        return self.spec.idx
+
+    @property
+    def overrides(self) -> List[str]:
+        return list(self.spec.overrides)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.spec.run_dir
+
+    @property
+    def max_steps(self) -> Optional[int]:
+        return self.spec.max_steps
+
+    @property
     def name(self) -> str:
-        return self.run_dir.name
+        return self.spec.name
+
+
+def make_spec(idx: int, overrides: Sequence[str], run_dir: Path, max_steps: Any = None) -> RunSpec:
+    """A RunSpec from what the plan found (``max_steps`` kept only where it is an integer)."""
+    number = isinstance(max_steps, (int, float)) and not isinstance(max_steps, bool)
+    steps = int(max_steps) if number else None
+    return RunSpec(idx=idx, overrides=tuple(overrides), run_dir=Path(run_dir).absolute(), max_steps=steps)
 
 
 @dataclass
@@ -145,8 +169,8 @@ def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequenc
         try:
             parsed = parse(overrides)
             if any(o.key_or_group.startswith("hydra") for o in parsed):
-                run = _full_compose(loader, config, parsed, idx, list(overrides))  # rare: Hydra itself swept
-                cfg, plain = run.cfg, None
+                run_dir, cfg = _full_compose(loader, config, parsed, idx, list(overrides))  # rare: Hydra itself swept
+                plain, make = None, None
             else:
                 for o in parsed:
                     if o.key_or_group not in is_group:
@@ -158,12 +182,9 @@ def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequenc
                 values = [o for o in parsed if not is_group[o.key_or_group]]
                 cfg = _point_config(base, values)
                 plain = _point_plain(base, values, cfg) if inspect is not None else None
-                run = Run(idx=idx, overrides=list(overrides), run_dir=_run_dir(base, parsed, idx),
-                          _make_cfg=_maker(base, values))
-            if plain is not None:
-                run.max_steps = plain.get("max_steps")
-            else:
-                run.max_steps = OmegaConf.select(cfg, "max_steps", default=None)
+                run_dir, make = _run_dir(base, parsed, idx), _maker(base, values)
+            steps = plain.get("max_steps") if plain is not None else OmegaConf.select(cfg, "max_steps", default=None)
+            run = Run(make_spec(idx, overrides, run_dir, steps), _make_cfg=make, _cfg=None if make else cfg)
             problems = inspect(cfg, plain) if inspect is not None else []
         except Exception as exc:  # noqa: BLE001 - every bad point is reported, not just the first
             errors.append(f"run {idx} ({' '.join(overrides)}): {_one_line(exc)}")
@@ -350,7 +371,8 @@ def _run_dir(base: _Base, parsed: List[Any], idx: int) -> Path:
     return Path(base.sweep_dir) / str(base.naming.hydra.sweep.subdir)
 
 
-def _full_compose(loader: Any, config: DictConfig, parsed: List[Any], idx: int, overrides: List[str]) -> Run:
+def _full_compose(loader: Any, config: DictConfig, parsed: List[Any], idx: int,
+                  overrides: List[str]) -> Tuple[Path, DictConfig]:
     cfg = loader.load_sweep_config(config, overrides)
     job = cfg.hydra.job
     with open_dict(job):
@@ -360,32 +382,32 @@ def _full_compose(loader: Any, config: DictConfig, parsed: List[Any], idx: int, 
             item_sep=job.config.override_dirname.item_sep,
             exclude_keys=list(job.config.override_dirname.exclude_keys))
     run_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
-    base = _split(cfg)
-    return Run(idx=idx, overrides=overrides, run_dir=run_dir, _cfg=base.task)
+    return run_dir, _split(cfg).task
 
 
-def exclude_constant_keys(config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> None:
-    """Name run dirs by what varies: a key with the same value in every point is left out of the names.
-
-    Added as a Hydra override of ``override_dirname.exclude_keys``, so that the job on the compute node,
-    which composes its config again from the sweep's Hydra overrides, names the same directory.
-    """
+def constant_keys(job_overrides: Sequence[Sequence[str]]) -> List[str]:
+    """The keys every point sets to the same value (none for a sweep of one point): left out of run-dir
+    names, which then say what varies. Decided over the whole sweep, not per batch of it."""
     if len(job_overrides) < 2:
-        return
+        return []
     parse = OverrideCache()
     values: Dict[str, List[str]] = {}
     for overrides in job_overrides:
         for o in parse(overrides):
             values.setdefault(o.key_or_group, []).append(o.input_line)
-    # constant: set in every point, always to the same value
-    constant = [k for k, v in values.items() if len(v) == len(job_overrides) and len(set(v)) == 1]
-    if not constant:
+    return [k for k, v in values.items() if len(v) == len(job_overrides) and len(set(v)) == 1]
+
+
+def exclude_from_names(config: DictConfig, keys: Sequence[str]) -> None:
+    """Leave ``keys`` out of ``hydra.job.override_dirname``; also as a Hydra override, so that the job's
+    own config (composed again from the sweep's Hydra overrides) holds the same ``override_dirname``."""
+    if not keys:
         return
     dirname = config.hydra.job.config.override_dirname
-    keys = list(dict.fromkeys(list(dirname.exclude_keys) + constant))
-    quoted = ",".join(f"'{k}'" for k in keys)
+    merged = list(dict.fromkeys(list(dirname.exclude_keys) + list(keys)))
+    quoted = ",".join(f"'{k}'" for k in merged)
     with open_dict(config):
-        dirname.exclude_keys = keys
+        dirname.exclude_keys = merged
         config.hydra.overrides.hydra.append(f"hydra.job.config.override_dirname.exclude_keys=[{quoted}]")
 
 

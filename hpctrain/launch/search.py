@@ -22,8 +22,12 @@ from omegaconf import DictConfig, OmegaConf
 from hpctrain.core import manifest
 from hpctrain.core import paths as runfiles
 from hpctrain.core.state import Direction
-from hpctrain.launch.launcher import BaseLauncher, LaunchError, implementation_of
-from hpctrain.launch.plan import Run, plan_runs
+from hpctrain.core.run import RunSpec
+from hpctrain.launch.errors import LaunchError
+from hpctrain.launch.launcher import BaseLauncher, implementation_of
+from hpctrain.launch.plan import Run, make_spec, plan_runs
+from hpctrain.launch.results import print_next_commands
+from hpctrain.launch.submission import Calling
 from hpctrain.search.space import Space, check, parse
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")  # as hpctrain.search.study.SAMPLERS (no optuna import here)
@@ -72,12 +76,10 @@ class SearchSweeper(Sweeper):
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
         assert sample is not None
-        runs = [Run(idx=i, overrides=list(space.fixed), run_dir=studies.search_dir(sweep_dir) / "workers" / f"worker-{i}",
-                    _cfg=sample.cfg) for i in range(settings.n_workers)]
-        python = launcher.python_command(sweep_dir)
-        launcher.base = launcher.submission_base(sweep_dir)
+        workers = studies.search_dir(sweep_dir) / "workers"
+        runs = [make_spec(i, space.fixed, workers / f"worker-{i}") for i in range(settings.n_workers)]
         if launcher.params.dry_run:
-            print(launcher.dry_run_text([[r] for r in runs], python, sweep_dir))
+            print(launcher.describe(runs, sweep_dir, calling=Calling.POSITIONAL).scripts())
             print(f"search: {settings.n_trials} trials, {len(runs)} worker(s), sampler={settings.sampler}, "
                   f"pruner={settings.pruner}, objective {metric or 'return value'} ({direction})")
             print("dry run: nothing submitted")
@@ -96,20 +98,18 @@ class SearchSweeper(Sweeper):
         study.set_user_attr("hpctrain", {"metric": metric, "direction": direction, "sampler": settings.sampler,
                                          "pruner": settings.pruner, "n_trials": settings.n_trials,
                                          "params": {p.name: p.text for p in space.params}})
-        return self._submit(launcher, runs, settings, python, sweep_dir)
+        return self._submit(launcher, runs, settings, sweep_dir)
 
-    def _submit(self, launcher: BaseLauncher, runs: List[Run], settings: Any, python: str, sweep_dir: Path) -> Any:
-        from hpctrain.job.wrapper import save_payload
+    def _submit(self, launcher: BaseLauncher, runs: List[RunSpec], settings: Any, sweep_dir: Path) -> Any:
+        from hpctrain.search import study as studies
         from hpctrain.search.worker import SearchWorker
 
         problems = launcher.plan_snapshot(sweep_dir)  # workers run the code as it was at submit time
         if problems:
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
-        payload = launcher.base.with_suffix(".pkl")
-        context = launcher.take_snapshot(sweep_dir, [], python)
-        save_payload(payload, context, self.task_function, self.config)
-        runfiles.write_json_atomic(payload.with_suffix(".runs.json"), [str(r.run_dir) for r in runs])
+        submission = launcher.describe(runs, sweep_dir, calling=Calling.POSITIONAL)  # one worker per task
+        launcher.stage(submission)
         def add(m: manifest.Manifest) -> None:
             m.launcher, m.app, m.submitit_folder, m.launcher_pid = (
                 launcher.kind, getattr(self.task_function, "__module__", None),
@@ -119,19 +119,16 @@ class SearchSweeper(Sweeper):
             m.submissions.append(manifest.Submission(launcher_pid=os.getpid(), extra={"workers": len(runs)}))
 
         manifest.update(sweep_dir, add)
-        worker = SearchWorker(str(payload), str(sweep_dir), settings)
+        worker = SearchWorker(str(submission.files.payload), str(sweep_dir), settings)
         print(f"hpctrain: search of {settings.n_trials} trials ({settings.sampler}, pruner {settings.pruner}, "
               f"{settings.metric or 'return value'} {Direction.parse(settings.direction)}) by {len(runs)} worker(s)", flush=True)
-        # the launcher records job ids per run; here the runs are workers, recorded with the submission
-        launcher.record_job_ids = lambda folder, ids: self._record_workers(folder, list(ids.values()))
-        jobs = launcher.submit([[r] for r in runs], worker, python, sweep_dir)  # one worker per task
+        # the runs are workers: their job ids are recorded with the submission, not as runs of sweep.json
+        jobs = launcher.send(submission, worker, lambda ids: self._record_workers(sweep_dir, list(ids.values())))
         ids = [str(j.job_id) for j in jobs]
         self._record_workers(sweep_dir, ids)
         if launcher.kind == "slurm":
             print(f"hpctrain: submitted {len(runs)} search worker(s) as Slurm job {ids[0].split('_')[0]}"
                   f"{' (one array)' if len(runs) > 1 else ''}")
-            from hpctrain.launch.backends.slurm import print_next_commands
-
             print_next_commands(sweep_dir)
             if not launcher.params.wait:
                 return None
@@ -219,14 +216,14 @@ class SearchSweeper(Sweeper):
         return metric, Direction.parse(mode or Direction.MIN).optuna
 
     def _settings(self, space: Space, metric: Optional[str], direction: str, launcher: BaseLauncher) -> Any:
-        from hpctrain.search.study import Settings
+        from hpctrain.search.study import Settings as StudySettings  # what every worker is handed
 
         c = self.conf
         n_workers = int(c.n_workers) if isinstance(c.n_workers, int) and c.n_workers > 0 else 1
         if launcher.kind == "local":
             n_workers = launcher.max_parallel()  # local: max_parallel worker processes
         n_trials = int(c.n_trials) if isinstance(c.n_trials, int) and c.n_trials > 0 else 1
-        return Settings(space=space, n_trials=n_trials, n_workers=min(n_workers, n_trials),
+        return StudySettings(space=space, n_trials=n_trials, n_workers=min(n_workers, n_trials),
                         sampler=str(c.sampler), pruner=str(c.pruner), seed=c.seed, metric=metric,
                         direction=direction, grace_s=int(c.grace_s), heartbeat_s=float(c.heartbeat_s),
                         max_adoptions=max(1, int(launcher.params.max_retries) + 1))

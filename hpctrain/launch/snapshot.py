@@ -32,16 +32,16 @@ BIGGEST = 5  # files named when the size cap is exceeded
 
 
 @dataclass
-class Settings:
-    """``hydra.launcher.snapshot``: ``false``, or these keys."""
+class SnapshotOptions:
+    """``hydra.launcher.snapshot`` as the user set it: ``false``, or these keys."""
 
     enabled: bool = True
     paths: List[str] = field(default_factory=list)  # more files or directories to copy
     max_mb: float = 50.0  # the copy's size cap
 
 
-def read_settings(value: Any) -> Tuple[Optional[Settings], List[str]]:
-    """The settings, None when turned off, and the problems (one line each) with the value."""
+def read_options(value: Any) -> Tuple[Optional[SnapshotOptions], List[str]]:
+    """The options, None when turned off, and the problems (one line each) with the value."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
     if isinstance(value, (DictConfig, ListConfig)):
@@ -49,11 +49,11 @@ def read_settings(value: Any) -> Tuple[Optional[Settings], List[str]]:
     if value is None or value is False:
         return None, []
     if value is True:
-        return Settings(), []
+        return SnapshotOptions(), []
     if not isinstance(value, dict):
         return None, [f"hydra.launcher.snapshot={value!r}: expected false or a mapping with {', '.join(KEYS)}"]
     problems = [f"hydra.launcher.snapshot.{k}: unknown key (valid: {', '.join(KEYS)})" for k in value if k not in KEYS]
-    s = Settings()
+    s = SnapshotOptions()
     enabled, paths, max_mb = value.get("enabled", s.enabled), value.get("paths") or [], value.get("max_mb", s.max_mb)
     if not isinstance(enabled, bool):
         problems.append(f"hydra.launcher.snapshot.enabled={enabled!r}: expected true or false")
@@ -63,7 +63,7 @@ def read_settings(value: Any) -> Tuple[Optional[Settings], List[str]]:
         problems.append(f"hydra.launcher.snapshot.max_mb={max_mb!r}: expected a number > 0")
     if problems or not enabled:
         return None, problems
-    return Settings(True, list(paths), float(max_mb)), []
+    return SnapshotOptions(True, list(paths), float(max_mb)), []
 
 
 # ---------------------------------------------------------------- where the code comes from
@@ -175,8 +175,8 @@ def kept_names(root: Path, names: Sequence[str], exclude: Sequence[Path] = ()) -
 
 # ---------------------------------------------------------------- the plan, and the copy
 @dataclass
-class Snapshot:
-    """What is copied where; ``take()`` copies. Built on the login node before anything is submitted."""
+class CodeCopy:
+    """The snapshot planned: what is copied where; ``take()`` copies. Built on the login node before anything is submitted."""
 
     code_dir: Path = Path()  # <sweep>/.hpctrain/submission-N/code
     files: Dict[str, int] = field(default_factory=dict)  # absolute source path -> size in bytes
@@ -258,14 +258,14 @@ def source_repos(cwd: Path) -> List[Path]:
     return list(dict.fromkeys(root.resolve() for root, is_git in code_sources(cwd)[0] if is_git))
 
 
-def plan(settings: Settings, cwd: Path, code_dir: Path, exclude: Sequence[Path] = ()) -> Snapshot:
+def plan(options: SnapshotOptions, cwd: Path, code_dir: Path, exclude: Sequence[Path] = ()) -> CodeCopy:
     """Which files the snapshot would hold, the notes to print and the problems (size cap, bad paths)."""
-    snap = Snapshot(code_dir=code_dir)
+    snap = CodeCopy(code_dir=code_dir)
     sources, note = code_sources(cwd)
     if note:
         snap.notes.append(f"{note}: the code snapshot holds only hydra.launcher.snapshot.paths and an "
                           f"editable hpctrain checkout")
-    for i, raw in enumerate(settings.paths):
+    for i, raw in enumerate(options.paths):
         path = (cwd / os.path.expanduser(raw)).resolve()
         if not os.path.lexists(path):
             snap.problems.append(f"hydra.launcher.snapshot.paths[{i}]={raw!r}: no such file or directory")
@@ -300,8 +300,8 @@ def plan(settings: Settings, cwd: Path, code_dir: Path, exclude: Sequence[Path] 
                           ".gitignore): " + ", ".join(sorted(set(dropped_all))[:5])
                           + (" ..." if len(set(dropped_all)) > 5 else ""))
     total = sum(snap.files.values())
-    if total > settings.max_mb * MB:
-        snap.problems.append(f"hydra.launcher.snapshot.max_mb={settings.max_mb:g}: the code snapshot would hold "
+    if total > options.max_mb * MB:
+        snap.problems.append(f"hydra.launcher.snapshot.max_mb={options.max_mb:g}: the code snapshot would hold "
                              f"{_size(total)} in {len(snap.files)} files; git-ignore large files, or raise "
                              f"the cap; the biggest:")
         for src, size in sorted(snap.files.items(), key=lambda kv: -kv[1])[:BIGGEST]:
@@ -329,7 +329,7 @@ def setup_lines(python_path: Sequence[str], container_runtime: Optional[str]) ->
     return lines
 
 
-def relocate_search_path(hydra_context: Any, snap: Snapshot) -> Any:
+def relocate_search_path(hydra_context: Any, snap: CodeCopy) -> Any:
     """A copy of Hydra's context whose config directories inside the snapshot are read from the copy, so
     that the job composes its config from the YAML files as they were at submit time."""
     import copy

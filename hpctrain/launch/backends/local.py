@@ -9,13 +9,17 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from hydra.core.utils import JobReturn
 
 from hpctrain._compat.submitit import local_job_exit_code
 from hpctrain.job.attempt_ended import attempt_ended
-from hpctrain.launch.launcher import BaseLauncher, LaunchError, Run
+from hpctrain.core.run import RunSpec
+from hpctrain.launch import results
+from hpctrain.launch.errors import LaunchError
+from hpctrain.launch.launcher import BaseLauncher, JobIds, Run
+from hpctrain.launch.submission import Array, Submission
 
 
 def visible_gpus(env: Optional[Mapping[str, str]] = None) -> List[int]:
@@ -77,26 +81,32 @@ class LocalLauncher(BaseLauncher):
                             f"({','.join(map(str, gpus)) or 'none'})")
         return problems
 
-    def submit(self, tasks: List[List[Run]], job: Any, python: str, sweep_dir: Path) -> List[Any]:
+    def plan_arrays(self, submission: Submission) -> List[Array]:
+        """All tasks as one batch of local jobs (no script: submitit's local executor runs the command)."""
+        per_run, parallel = self.gpus_per_node(), self.max_parallel()
+        params = dict(timeout_min=int(self.params.timeout_min), tasks_per_node=self.tasks_per_node(),
+                      gpus_per_node=per_run, signal_delay_s=int(self.params.signal_delay_s),
+                      setup=self.setup_lines() + self.thread_lines(per_run, min(parallel, len(submission.tasks))))
+        return [Array(0, len(submission.tasks), params)]
+
+    def resources(self) -> Dict[str, Any]:
+        return dict(super().resources(), max_parallel=self.max_parallel())
+
+    def send(self, submission: Submission, job: Any, job_ids: JobIds) -> List[Any]:
+        """At most ``max_parallel`` tasks at once, each on its own GPUs; a failed task is retried here."""
         import submitit
 
-        executor = submitit.LocalExecutor(
-            folder=str(self.params.submitit_folder), max_num_timeout=int(self.params.max_num_timeout), python=python
-        )
+        executor = submitit.LocalExecutor(python=submission.python, **submission.executor)
+        (array,) = submission.arrays
+        executor.update_parameters(**array.parameters)
+        tasks = submission.tasks
         per_run, parallel = self.gpus_per_node(), self.max_parallel()
-        executor.update_parameters(
-            timeout_min=int(self.params.timeout_min),
-            tasks_per_node=self.tasks_per_node(),
-            gpus_per_node=per_run,
-            signal_delay_s=int(self.params.signal_delay_s),
-            setup=self.setup_lines() + self.thread_lines(per_run, min(parallel, len(tasks))),
-        )
         k = self.runs_per_task()
         what = f"{parallel} task(s) at a time, {k} runs side by side in each" if k > 1 else f"{parallel} at a time"
-        print(f"hpctrain: {sum(map(len, tasks))} run(s) on this machine, {what}, "
-              f"{self.tasks_per_node()} rank(s) each; sweep dir {sweep_dir}")
+        print(f"hpctrain: {len(submission.runs)} run(s) on this machine, {what}, "
+              f"{self.tasks_per_node()} rank(s) each; sweep dir {submission.sweep_dir}")
         free = gpu_slots(visible_gpus(), per_run, parallel)  # physical indices, disjoint
-        args = self.task_args(tasks, k > 1)
+        args = submission.args()
         pending, running, jobs = list(range(len(tasks))), {}, {}
         while pending or running:
             while pending and free:
@@ -104,7 +114,7 @@ class LocalLauncher(BaseLauncher):
                 executor.update_parameters(visible_gpus=tuple(gpus))
                 jobs[t] = submitted = executor.submit(job, *[a[t] for a in args])
                 running[t] = (submitted, gpus)
-                self.record_job_ids(sweep_dir, {run.idx: str(submitted.job_id) for run in tasks[t]})
+                job_ids({run.idx: str(submitted.job_id) for run in tasks[t]})
                 names = ", ".join(f"#{run.idx} {run.name}" for run in tasks[t])
                 print(f"  started {names} (job {submitted.job_id})", flush=True)
             for t, (submitted, gpus) in list(running.items()):
@@ -125,7 +135,7 @@ class LocalLauncher(BaseLauncher):
         ranks = tasks_at_once * self.tasks_per_node() * self.runs_per_task()
         return [f"export OMP_NUM_THREADS={max(1, len(os.sched_getaffinity(0)) // max(1, ranks))}"]
 
-    def _ended(self, task: List[Run], job: Any) -> bool:
+    def _ended(self, task: Sequence[RunSpec], job: Any) -> bool:
         """Record a silent death and decide a retry (any rank's crash counts, any run of a pack: each
         decides for itself); True to submit the task again (its ended runs are not run again)."""
         code = local_job_exit_code(job)
@@ -135,4 +145,4 @@ class LocalLauncher(BaseLauncher):
         return any(r is not None for r in retries)
 
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
-        return self.report_results(runs, [self._collect(run, job) for run, job in zip(runs, jobs)], sweep_dir)
+        return results.report(runs, [self.returns().collect(run, job) for run, job in zip(runs, jobs)], sweep_dir)

@@ -15,10 +15,13 @@ from typing import Any, Dict, List
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from hpctrain._compat.submitit import convert_mem, make_sbatch_string, submit_command
+from hpctrain._compat.submitit import convert_mem, sbatch_script
 from hpctrain.core import events as record
-from hpctrain.launch import arrays
-from hpctrain.launch.launcher import BaseLauncher, LaunchError, Run
+from hpctrain.launch import arrays, results
+from hpctrain.launch.errors import LaunchError
+from hpctrain.launch.launcher import BaseLauncher, JobIds, Run
+from hpctrain.launch.results import print_next_commands
+from hpctrain.launch.submission import Array, Submission
 from hpctrain.slurm import parse as slurm_parse
 from hpctrain.slurm import query as slurm
 
@@ -81,14 +84,12 @@ class SlurmLauncher(BaseLauncher):
             # Slurm >= 22.05: srun no longer inherits --cpus-per-task from the allocation; without it a
             # binding task plugin leaves each rank one core for itself, its DataLoader and compile workers
             out["srun_args"].insert(1, f"--cpus-per-task={out['cpus_per_task']}")
-        out["teardown"] = self.teardown_lines(python)
         return out
 
-    def teardown_lines(self, python: str, offset: int = 0) -> List[str]:
+    def teardown_lines(self, python: str, runs_file: Path, offset: int = 0) -> List[str]:
         """After srun: a run whose tasks died without a word (killed, OOM) is marked failed.
 
         ``offset``: where this array's tasks start in the submission's run list (several arrays)."""
-        runs_file = self.base.with_suffix(".runs.json")
         index = f"$(( ${{SLURM_ARRAY_TASK_ID:-0}} + {offset} ))" if offset else "${SLURM_ARRAY_TASK_ID:-0}"
         return [
             "hpctrain_rc=$?",  # srun's exit status: must be the first line after the srun line
@@ -96,16 +97,14 @@ class SlurmLauncher(BaseLauncher):
             f'"{index}" "$hpctrain_rc" {int(self.params.max_retries)} || true',
         ]
 
-    def array_parameters(self, python: str, chunk: arrays.Chunk, after: str) -> Dict[str, Any]:
-        """sbatch parameters of one array of the sweep: its offset in the teardown, the dependency on the
-        array before it (added to any the user gave)."""
+    def array_parameters(self, python: str, runs_file: Path, chunk: arrays.Chunk) -> Dict[str, Any]:
+        """sbatch parameters of one array of the sweep (its offset in the teardown)."""
         params = self.sbatch_parameters(python)
-        params["teardown"] = self.teardown_lines(python, chunk.offset)
-        if after:
-            extra = params["additional_parameters"]
-            mine = f"afterany:{after}"
-            extra["dependency"] = f"{extra['dependency']},{mine}" if extra.get("dependency") else mine
+        params["teardown"] = self.teardown_lines(python, runs_file, chunk.offset)
         return params
+
+    def resources(self) -> Dict[str, Any]:
+        return dict(super().resources(), nodes=int(self.params.nodes), partition=self.params.partition)
 
     def limits(self) -> slurm_parse.ArrayLimits:
         if getattr(self, "_limits", None) is None:
@@ -115,20 +114,34 @@ class SlurmLauncher(BaseLauncher):
     def chunks(self, n_tasks: int) -> List[arrays.Chunk]:
         return arrays.split(n_tasks, self.limits().tasks_per_array)
 
-    def submit(self, tasks: List[List[Run]], job: Any, python: str, sweep_dir: Path) -> List[Any]:
+    def plan_arrays(self, submission: Submission) -> List[Array]:
+        """The sweep's arrays, each with its sbatch parameters and the script submitit writes for it."""
+        chunks = self.chunks(len(submission.tasks)) if submission.tasks else [arrays.Chunk(0, 0)]
+        executor = dict(submission.executor, python=submission.python)
+        out = []
+        for i, chunk in enumerate(chunks):
+            params = self.array_parameters(submission.python, submission.files.runs, chunk)
+            shown = after(params, f"<job id of array {i}>") if i else params
+            head = f"# array {i + 1} of {len(chunks)}: tasks {chunk.offset}..{chunk.offset + chunk.size - 1}\n"
+            out.append(Array(chunk.offset, chunk.size, params, sbatch_script(executor, shown, chunk.size),
+                             head if len(chunks) > 1 else ""))
+        return out
+
+    def send(self, submission: Submission, job: Any, job_ids: JobIds) -> List[Any]:
+        """Each array by ``map_array`` with its parameters, each after the one before it."""
         import submitit
 
-        executor = submitit.SlurmExecutor(
-            folder=str(self.params.submitit_folder), max_num_timeout=int(self.params.max_num_timeout), python=python
-        )
-        args = self.task_args(tasks, self.runs_per_task() > 1)
+        executor = submitit.SlurmExecutor(python=submission.python, **submission.executor)
         jobs: List[Any] = []
-        after = ""
-        for chunk in self.chunks(len(tasks)):
-            executor.update_parameters(**self.array_parameters(python, chunk, after))
-            part = executor.map_array(job, *[a[chunk.offset:chunk.offset + chunk.size] for a in args])
+        before = ""
+        for array in submission.arrays:
+            if not array.size:
+                continue
+            executor.update_parameters(**(after(array.parameters, before) if before else array.parameters))
+            part = executor.map_array(job, *submission.args(array.offset, array.offset + array.size))
             jobs += part
-            after = slurm_parse.split_job_id(str(part[0].job_id))[0]
+            before = slurm_parse.split_job_id(str(part[0].job_id))[0]
+        job_ids({spec.idx: str(j.job_id) for task, j in zip(submission.tasks, jobs) for spec in task})
         return jobs
 
     def check_queue(self, n_tasks: int) -> List[str]:
@@ -151,21 +164,6 @@ class SlurmLauncher(BaseLauncher):
                     f"or split the sweep"]
         return []
 
-    def dry_run_text(self, tasks: List[List[Run]], python: str, sweep_dir: Path) -> str:
-        # absolute, as submitit makes it (Path(folder).absolute()): the text is what sbatch would get
-        folder = str(Path(str(self.params.submitit_folder)).expanduser().absolute())
-        command = submit_command(python, folder)
-        chunks = self.chunks(len(tasks)) if tasks else [arrays.Chunk(0, 0)]
-        texts = []
-        for i, chunk in enumerate(chunks):
-            params = self.array_parameters(python, chunk, f"<job id of array {i}>" if i else "")
-            if chunk.size > 1:
-                params["map_count"] = chunk.size
-            head = f"# array {i + 1} of {len(chunks)}: tasks {chunk.offset}..{chunk.offset + chunk.size - 1}\n"
-            texts.append((head if len(chunks) > 1 else "") + make_sbatch_string(command=command, folder=folder,
-                                                                              **params))
-        return "\n".join(texts)
-
     def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         ids = slurm_parse.array_ids(str(j.job_id) for j in jobs)
         n_tasks = len({str(j.job_id) for j in jobs})
@@ -178,7 +176,7 @@ class SlurmLauncher(BaseLauncher):
                   f"{' (one array' + packed + ')' if n_tasks > 1 else ''}")
         print_next_commands(sweep_dir)
         if not self.params.wait:
-            return [self._placeholder(r, JobStatus.COMPLETED) for r in runs]
+            return [self.returns().placeholder(r, JobStatus.COMPLETED) for r in runs]
         return self._wait(runs, jobs, sweep_dir)
 
     def _wait(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
@@ -199,12 +197,11 @@ class SlurmLauncher(BaseLauncher):
         returns = []
         for run, job in zip(runs, jobs):
             if job.paths.result_pickle.exists():
-                returns.append(self._collect(run, job))
+                returns.append(self.returns().collect(run, job))
             else:
-                ret = self._placeholder(run, JobStatus.FAILED)
-                ret.return_value = LaunchError(f"run {run.idx} ended without a result (see {job.paths.stderr})")
-                returns.append(ret)
-        return self.report_results(runs, returns, sweep_dir)
+                error = LaunchError(f"run {run.idx} ended without a result (see {job.paths.stderr})")
+                returns.append(self.returns().failed(run, error))
+        return results.report(runs, returns, sweep_dir)
 
     # ------------------------------------------------------------------ login-node checks
     def check_resources(self) -> List[str]:
@@ -258,8 +255,9 @@ class SlurmLauncher(BaseLauncher):
         return problems
 
 
-def print_next_commands(sweep_dir: Path) -> None:
-    """After a submission that returns at once: where the sweep is and how to follow it."""
-    print(f"  sweep dir: {sweep_dir}")
-    for verb in ("status", "report", "tensorboard", "cancel"):
-        print(f"  python -m hpctrain {verb} {shlex.quote(str(sweep_dir))}")
+def after(params: Dict[str, Any], job_id: str) -> Dict[str, Any]:
+    """``params`` with ``--dependency=afterany:JOB_ID`` added to any dependency the user gave."""
+    extra = dict(params.get("additional_parameters") or {})
+    mine = f"afterany:{job_id}"
+    extra["dependency"] = f"{extra['dependency']},{mine}" if extra.get("dependency") else mine
+    return dict(params, additional_parameters=extra)
