@@ -81,8 +81,8 @@ def timed(owner, name, key):
             phases[key] = phases.get(key, 0.0) + time.perf_counter() - t
     setattr(owner, name, wrapper)
 def patch_launcher():
-    L = sys.modules["hpctrain.launch.launcher"]
-    S = sys.modules["hpctrain.launch.backends.slurm"]
+    L = sys.modules["hpctrain.submit.launcher"]
+    S = sys.modules["hpctrain.submit.backends.slurm"]
     for key in ORDER:
         phases.setdefault(key, 0.0)
     timed(L.BaseLauncher, "launch", ORDER[0])

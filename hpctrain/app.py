@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from hpctrain.core import events as record
 from hpctrain.core import summary
-from hpctrain.launch.checks import validate_job
+from hpctrain.submit.checks import validate_job
 from hpctrain.schema import register_configs
 
 log = logging.getLogger("hpctrain")

@@ -168,7 +168,7 @@ def test_convert_mem_formats_sbatch_mem():
 
 
 def test_make_sbatch_string_takes_every_parameter_hpctrain_passes():
-    from hpctrain.launch.backends.slurm import SBATCH_NAMES
+    from hpctrain.submit.backends.slurm import SBATCH_NAMES
     from submitit.slurm import slurm as submitit_slurm
 
     accepted = set(inspect.signature(submitit_slurm._make_sbatch_string).parameters)

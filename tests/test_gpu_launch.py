@@ -11,7 +11,7 @@ import pytest
 
 from conftest import hpctrain_env, run_hpctrain
 
-from hpctrain.launch.backends.local import gpu_slots, visible_gpus
+from hpctrain.submit.backends.local import gpu_slots, visible_gpus
 
 # A plain Hydra app (the launchers serve any): it writes what its task was given into its run dir.
 APP = textwrap.dedent('''

@@ -37,9 +37,9 @@ def test_console_script_is_python_dash_m(tmp_path):
 
 def test_launcher_never_imports_review():
     """The launcher sits on cluster.py and record.py, below review/, not on review/ itself."""
-    code = ("import sys, hpctrain.launch.backends.slurm, hpctrain.launch.backends.local, "
+    code = ("import sys, hpctrain.submit.backends.slurm, hpctrain.submit.backends.local, "
             "hpctrain.job.wrapper, hpctrain.job.attempt_ended, "
-            "hpctrain.launch.sweeper; "
+            "hpctrain.submit.sweeper; "
             "print(sorted(m for m in sys.modules if m.startswith('hpctrain.review') or m == 'torch'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=hpctrain_env(), timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr

@@ -1,4 +1,4 @@
-"""The launcher's plan (hpctrain/launch/plan.py): its shortcuts give what Hydra and OmegaConf give.
+"""The launcher's plan (hpctrain/submit/plan.py): its shortcuts give what Hydra and OmegaConf give.
 
 The plan shares one resolved plain copy between a sweep's points and names run dirs without OmegaConf's
 resolver; each point's shortcut result is compared here with a full resolve of that point's own config, and
@@ -106,7 +106,7 @@ def test_a_value_a_failed_point_left_behind_is_applied_again():
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from hpctrain.launch.plan import _Base, _point_config
+    from hpctrain.submit.plan import _Base, _point_config
 
     @dataclass
     class Cfg:

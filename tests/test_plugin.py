@@ -79,7 +79,7 @@ def test_a_colon_in_the_sweep_dir_or_the_launch_dir_is_refused_on_the_login_node
 def test_the_plain_nodes_hydra_scans_are_the_typed_settings_defaults():
     from dataclasses import asdict
 
-    from hpctrain.launch import settings
+    from hpctrain.submit import settings
     from hydra_plugins.hpctrain_launcher import config
 
     assert config.SWEEPER == asdict(settings.SweeperConf())

@@ -206,7 +206,7 @@ def test_local_sweep_in_flight_without_manifest(tmp_path, monkeypatch):
     (run / ".hydra" / "overrides.yaml").write_text("- lr=2\n- seed=0\n")
     (run / "metrics.json").write_text(json.dumps(RUNNING))
     (sweep / "multirun.yaml").write_text(
-        "hydra:\n  launcher:\n    _target_: hpctrain.launch.backends.local.LocalLauncher\n"
+        "hydra:\n  launcher:\n    _target_: hpctrain.submit.backends.local.LocalLauncher\n"
         "    submitit_folder: ${hydra.sweep.dir}/.submitit\n"
         "  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper\n    params: null\n"
         "  overrides:\n    task:\n    - lr=1,2\n    - seed=0,1\nmax_steps: 10\n")

@@ -14,7 +14,7 @@ import pytest
 from conftest import hpctrain_env, run_hpctrain
 from hpctrain.slurm import parse as slurm_parse, query as slurm
 from hpctrain.job import pack
-from hpctrain.launch import arrays
+from hpctrain.submit import arrays
 from slurm_helpers import metrics, queued, record_kinds, run_dirs, wait_for
 
 

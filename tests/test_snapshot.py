@@ -1,4 +1,4 @@
-"""The code snapshot taken at submit time, and the record of what ran (hpctrain/launch/snapshot.py, provenance.py).
+"""The code snapshot taken at submit time, and the record of what ran (hpctrain/submit/snapshot.py, provenance.py).
 
 A user's project is a temporary git repository used as the launch directory, holding a model module
 whose behaviour (the VERSION it writes down when built) is changed after submitting: the runs must
@@ -250,7 +250,7 @@ def test_held_script_app_composes_the_yaml_of_submit_time(slurm_cluster, tmp_pat
 
 
 def test_settings_accept_false_or_the_keys_and_name_what_is_wrong():
-    from hpctrain.launch.snapshot import SnapshotOptions, read_options
+    from hpctrain.submit.snapshot import SnapshotOptions, read_options
 
     assert read_options(False) == (None, [])
     assert read_options({"enabled": False, "paths": [], "max_mb": 50}) == (None, [])
@@ -261,7 +261,7 @@ def test_settings_accept_false_or_the_keys_and_name_what_is_wrong():
 
 
 def test_left_out_virtual_environments_outputs_and_bytecode():
-    from hpctrain.launch.snapshot import _keep
+    from hpctrain.submit.snapshot import _keep
 
     names = ["a.py", "pkg/__pycache__/a.cpython-311.pyc", "pkg/b.pyc", ".venv/pyvenv.cfg", ".venv/lib/x.py",
              "conda/conda-meta/history", "conda/lib/y.py", "multirun/d/t/multirun.yaml", "multirun/d/t/0/m.json",
@@ -280,7 +280,7 @@ def _work_tree(root: Path) -> Path:
 
 
 def test_a_file_that_vanishes_between_listing_and_copying_is_left_out_and_said(tmp_path, monkeypatch):
-    from hpctrain.launch import snapshot
+    from hpctrain.submit import snapshot
 
     repo = _work_tree(tmp_path / "proj")
     monkeypatch.setattr(snapshot, "hpctrain_checkout", lambda: None)
@@ -294,7 +294,7 @@ def test_a_file_that_vanishes_between_listing_and_copying_is_left_out_and_said(t
 
 
 def test_a_git_that_hangs_is_one_problem_not_a_traceback(tmp_path, monkeypatch):
-    from hpctrain.launch import snapshot
+    from hpctrain.submit import snapshot
 
     repo = _work_tree(tmp_path / "proj")
     real_git = subprocess.run(["which", "git"], capture_output=True, text=True).stdout.strip()

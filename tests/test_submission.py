@@ -1,4 +1,4 @@
-"""The submission object (hpctrain/launch/submission.py): what each task's job is called with, and the run
+"""The submission object (hpctrain/submit/submission.py): what each task's job is called with, and the run
 list the job script reads after each attempt (hpctrain/job/attempt_ended.py), old and new forms."""
 
 import json
@@ -8,7 +8,7 @@ import pytest
 
 from hpctrain.core.run import RunSpec
 from hpctrain.job.attempt_ended import task_run_dirs
-from hpctrain.launch.submission import Calling, Files, Submission, tasks_of
+from hpctrain.submit.submission import Calling, Files, Submission, tasks_of
 
 pytestmark = pytest.mark.login
 

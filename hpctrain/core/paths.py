@@ -112,7 +112,7 @@ class SubmissionPaths:
 
     @property
     def record(self) -> Path:
-        """What ran (hpctrain.launch.provenance)."""
+        """What ran (hpctrain.submit.provenance)."""
         return self.base / "record.json"
 
     @property

@@ -214,7 +214,7 @@ def _ranges(cpus: List[int]) -> str:
 def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
     """One packed run, in its own process: SweepJob as a one-run task would call it (``point_json``: the
     run's :meth:`RunSpec.to_json`)."""
-    from hpctrain.core import events as record
+    from hpctrain.core import events
     from hpctrain.core import summary
 
     point = json.loads(point_json)

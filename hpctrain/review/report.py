@@ -11,7 +11,7 @@ from rich.markup import escape
 from hpctrain.core import manifest as manifests
 from hpctrain.core.atomic import write_text_atomic
 from hpctrain.core.state import FAILURES, Direction
-from hpctrain.launch import provenance
+from hpctrain.submit import provenance
 from hpctrain.review import cost as costs
 from hpctrain.review import fmt, plots
 from hpctrain.review import search as search_review

@@ -1,4 +1,4 @@
-"""The classes Hydra finds: thin Launcher and Sweeper shells over :mod:`hpctrain.launch`.
+"""The classes Hydra finds: thin Launcher and Sweeper shells over :mod:`hpctrain.submit`.
 
 Hydra imports this module at the start of every app in the environment (its plugin scan), so it
 imports nothing of hpctrain: each shell loads its implementation in ``setup()``, which Hydra calls only
@@ -40,11 +40,11 @@ def _typed(schema: str, params: Dict[str, Any], group: str) -> Dict[str, Any]:
 
 class _LauncherShell(Launcher):
     implementation = ""
-    schema = ""  # its dataclass in hpctrain.launch.settings
+    schema = ""  # its dataclass in hpctrain.submit.settings
 
     def __init__(self, **params: Any) -> None:
         self.params = params
-        self.impl: Optional[Launcher] = None  # hpctrain.launch.launcher.BaseLauncher, built in setup()
+        self.impl: Optional[Launcher] = None  # hpctrain.submit.launcher.BaseLauncher, built in setup()
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         self.impl = _load(self.implementation)(**_typed(self.schema, self.params, "hydra.launcher"))
@@ -56,18 +56,18 @@ class _LauncherShell(Launcher):
 
 
 class LocalLauncher(_LauncherShell):
-    implementation = "hpctrain.launch.backends.local.LocalLauncher"
-    schema = "hpctrain.launch.settings.LocalLauncherConf"
+    implementation = "hpctrain.submit.backends.local.LocalLauncher"
+    schema = "hpctrain.submit.settings.LocalLauncherConf"
 
 
 class SlurmLauncher(_LauncherShell):
-    implementation = "hpctrain.launch.backends.slurm.SlurmLauncher"
-    schema = "hpctrain.launch.settings.SlurmLauncherConf"
+    implementation = "hpctrain.submit.backends.slurm.SlurmLauncher"
+    schema = "hpctrain.submit.settings.SlurmLauncherConf"
 
 
 class _SweeperShell(Sweeper):
     implementation = ""
-    schema = ""  # its dataclass in hpctrain.launch.settings
+    schema = ""  # its dataclass in hpctrain.submit.settings
 
     def __init__(self, **params: Any) -> None:
         self.params = params
@@ -83,10 +83,10 @@ class _SweeperShell(Sweeper):
 
 
 class HpctrainSweeper(_SweeperShell):
-    implementation = "hpctrain.launch.sweeper.HpctrainSweeper"
-    schema = "hpctrain.launch.settings.SweeperConf"
+    implementation = "hpctrain.submit.sweeper.HpctrainSweeper"
+    schema = "hpctrain.submit.settings.SweeperConf"
 
 
 class SearchSweeper(_SweeperShell):
-    implementation = "hpctrain.launch.search.SearchSweeper"
-    schema = "hpctrain.launch.settings.SearchSweeperConf"
+    implementation = "hpctrain.submit.search.SearchSweeper"
+    schema = "hpctrain.submit.settings.SearchSweeperConf"

@@ -8,8 +8,8 @@ from omegaconf import DictConfig
 
 from hpctrain.core import events as record
 from hpctrain.core import paths as runfiles
-from hpctrain.launch.errors import LaunchError
-from hpctrain.launch.plan import Run
+from hpctrain.submit.errors import LaunchError
+from hpctrain.submit.plan import Run
 
 
 class Returns:

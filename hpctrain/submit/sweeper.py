@@ -10,7 +10,7 @@ run-dir names leave out the same constant keys in every batch.
 from typing import Sequence
 
 from hpctrain._compat.hydra import BasicSweeper
-from hpctrain.launch.launcher import implementation_of
+from hpctrain.submit.launcher import implementation_of
 
 
 class HpctrainSweeper(BasicSweeper):

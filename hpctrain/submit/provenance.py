@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain.core import paths as runfiles
-from hpctrain.launch.snapshot import git, kept_names
+from hpctrain.submit.snapshot import git, kept_names
 
 RECORD = "record.json"
 MAX_UNTRACKED = 200  # untracked files named in the record (all are counted)

@@ -16,10 +16,10 @@ from hydra.core.utils import JobReturn
 from hpctrain._compat.submitit import local_job_exit_code
 from hpctrain.job.attempt_ended import attempt_ended
 from hpctrain.core.run import RunSpec
-from hpctrain.launch import results
-from hpctrain.launch.errors import LaunchError
-from hpctrain.launch.launcher import BaseLauncher, JobIds, Run
-from hpctrain.launch.submission import Array, Submission
+from hpctrain.submit import results
+from hpctrain.submit.errors import LaunchError
+from hpctrain.submit.launcher import BaseLauncher, JobIds, Run
+from hpctrain.submit.submission import Array, Submission
 
 
 def visible_gpus(env: Optional[Mapping[str, str]] = None) -> List[int]:

@@ -8,9 +8,9 @@ from typing import Any, List, Optional, Tuple
 
 from hydra.types import HydraContext
 
-from hpctrain.launch import provenance, snapshot
-from hpctrain.launch.errors import LaunchError
-from hpctrain.launch.submission import Calling, Files, Submission
+from hpctrain.submit import provenance, snapshot
+from hpctrain.submit.errors import LaunchError
+from hpctrain.submit.submission import Calling, Files, Submission
 
 
 class CodeStage:

@@ -38,9 +38,9 @@ class BaseLauncherConf:
     runs_per_task: int = 1  # k single-rank sweep points side by side in each task (pack.py)
     gpu_memory_fraction: Optional[float] = None  # packed runs: each run's cap on its GPU's memory, (0, 1]
     container: ContainerConf = field(default_factory=ContainerConf)
-    # the code every task runs, copied once per submission into the sweep dir (hpctrain/launch/snapshot.py):
+    # the code every task runs, copied once per submission into the sweep dir (hpctrain/submit/snapshot.py):
     # false turns it off; `paths` adds files or directories; `max_mb` caps its size. Typed Any so that
-    # both `snapshot=false` and `snapshot.paths=[...]` work; hpctrain.launch.snapshot.read_settings checks it.
+    # both `snapshot=false` and `snapshot.paths=[...]` work; hpctrain.submit.snapshot.read_settings checks it.
     snapshot: Any = field(default_factory=lambda: {"enabled": True, "paths": [], "max_mb": 50})
 
 

@@ -23,11 +23,11 @@ from hpctrain.core import manifest
 from hpctrain.core import paths as runfiles
 from hpctrain.core.state import Direction
 from hpctrain.core.run import RunSpec
-from hpctrain.launch.errors import LaunchError
-from hpctrain.launch.launcher import BaseLauncher, implementation_of
-from hpctrain.launch.plan import Run, make_spec, plan_runs
-from hpctrain.launch.results import print_next_commands
-from hpctrain.launch.submission import Calling
+from hpctrain.submit.errors import LaunchError
+from hpctrain.submit.launcher import BaseLauncher, implementation_of
+from hpctrain.submit.plan import Run, make_spec, plan_runs
+from hpctrain.submit.results import print_next_commands
+from hpctrain.submit.submission import Calling
 from hpctrain.search.space import Space, check, parse
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")  # as hpctrain.search.study.SAMPLERS (no optuna import here)

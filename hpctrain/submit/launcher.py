@@ -1,5 +1,5 @@
 """The Hydra launcher: plan -> checks -> code snapshot -> submission -> backend; local and Slurm are
-backends that differ in a few hooks (:mod:`hpctrain.launch.backends`).
+backends that differ in a few hooks (:mod:`hpctrain.submit.backends`).
 
 Login-node code: submitit and hpctrain's light modules only, never torch. The launcher works for any
 Hydra app; hpctrain's own checks run only when the task function carries ``validate_job``.
@@ -25,13 +25,13 @@ from omegaconf import DictConfig, OmegaConf
 from hpctrain.core import events, manifest
 from hpctrain.core import paths as runfiles
 from hpctrain.core.run import RunSpec
-from hpctrain.launch import provenance
-from hpctrain.launch.code import CodeStage
-from hpctrain.launch.container import check_container, container_command, default_binds
-from hpctrain.launch.errors import LaunchError
-from hpctrain.launch.plan import Run, constant_keys, exclude_from_names, plan_runs
-from hpctrain.launch.results import Returns
-from hpctrain.launch.submission import Array, Calling, Files, Submission, tasks_of
+from hpctrain.submit import provenance
+from hpctrain.submit.code import CodeStage
+from hpctrain.submit.container import check_container, container_command, default_binds
+from hpctrain.submit.errors import LaunchError
+from hpctrain.submit.plan import Run, constant_keys, exclude_from_names, plan_runs
+from hpctrain.submit.results import Returns
+from hpctrain.submit.submission import Array, Calling, Files, Submission, tasks_of
 from hpctrain.slurm import parse as slurm_parse
 
 __all__ = ["BaseLauncher", "LaunchError", "Run", "implementation_of"]
@@ -268,7 +268,7 @@ class BaseLauncher(Launcher):
         lines = [f"export {name}={shlex.quote(str(value))}" for name, value in self.params.env.items()]
         return lines + list(self.params.setup) + self.snapshot_lines()
 
-    # ------------------------------------------------------------------ the code snapshot (hpctrain/launch/code.py)
+    # ------------------------------------------------------------------ the code snapshot (hpctrain/submit/code.py)
     def plan_snapshot(self, sweep_dir: Path) -> List[str]:
         """What the snapshot would copy, and its problems; planned once per process (one per sweep)."""
         return self.code.plan(sweep_dir)

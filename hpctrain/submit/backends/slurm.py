@@ -17,11 +17,11 @@ from hydra.core.utils import JobReturn, JobStatus
 
 from hpctrain._compat.submitit import convert_mem, sbatch_script
 from hpctrain.core import events as record
-from hpctrain.launch import arrays, results
-from hpctrain.launch.errors import LaunchError
-from hpctrain.launch.launcher import BaseLauncher, JobIds, Run
-from hpctrain.launch.results import print_next_commands
-from hpctrain.launch.submission import Array, Submission
+from hpctrain.submit import arrays, results
+from hpctrain.submit.errors import LaunchError
+from hpctrain.submit.launcher import BaseLauncher, JobIds, Run
+from hpctrain.submit.results import print_next_commands
+from hpctrain.submit.submission import Array, Submission
 from hpctrain.slurm import parse as slurm_parse
 from hpctrain.slurm import query as slurm
 
