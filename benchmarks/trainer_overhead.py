@@ -9,6 +9,7 @@ The last line printed is the median time-per-step ratio hpctrain / plain (target
 """
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
+from hpctrain.job.sampler import Sampler
 from hpctrain.train.build import build_data, build_model, build_optimizer
 from hpctrain.train.distributed import DistInfo
 from hpctrain.train.trainer import Trainer, lr_lambda
@@ -72,11 +74,14 @@ def plain_loop(cfg) -> float:
     return (time.perf_counter() - start) / cfg.max_steps
 
 
-def hpctrain_loop(cfg) -> float:
+def hpctrain_loop(cfg, sample_every_s: float = 0.0) -> float:
+    """hpctrain's Trainer, with the job wrapper's utilisation sampler beside it when ``sample_every_s``."""
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(cfg, Path(run_dir), DistInfo())
+        sampler = Sampler(run_dir, interval_s=sample_every_s) if sample_every_s else contextlib.nullcontext()
         start = time.perf_counter()
-        trainer.fit()
+        with sampler:
+            trainer.fit()
         return (time.perf_counter() - start) / cfg.max_steps
 
 
@@ -84,16 +89,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--sample-every-s", type=float, default=0.5,
+                        help="the utilisation sampler's interval beside hpctrain's run (0: off; jobs use 5 s)")
     args = parser.parse_args()
     cfg = compose(args.steps)
     plain_loop(compose(20)), hpctrain_loop(compose(20))  # warm-up: allocator, TensorBoard import
     ratios = []
     for rep in range(args.repeats):
-        plain, ours = plain_loop(cfg), hpctrain_loop(cfg)
+        plain, ours = plain_loop(cfg), hpctrain_loop(cfg, args.sample_every_s)
         ratios.append(ours / plain)
         print(f"repeat {rep}: plain {plain * 1e3:.2f} ms/step, hpctrain {ours * 1e3:.2f} ms/step, "
               f"ratio {ratios[-1]:.3f}", flush=True)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.steps} steps x {args.repeats} repeats")
+    sampler = f"sampler every {args.sample_every_s:g} s" if args.sample_every_s else "sampler off"
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.steps} steps x {args.repeats} repeats, "
+          f"{sampler}")
     print(f"median time-per-step ratio hpctrain/plain: {statistics.median(ratios):.3f}")
 
 

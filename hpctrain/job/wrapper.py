@@ -27,6 +27,9 @@ from hpctrain.core import events as record
 from hpctrain.core import paths as runfiles
 from hpctrain.core import summary
 from hpctrain.core.run import RunSpec
+from hpctrain.job.sampler import Sampler
+
+SAMPLE_EVERY_S = float(os.environ.get("HPCTRAIN_SAMPLE_EVERY_S", "5"))  # utilisation sampling (job/sampler.py)
 
 
 def save_payload(path: Path, hydra_context: Any, task_function: Any, config: Any) -> None:
@@ -58,13 +61,16 @@ class SweepJob:
             # the planned dir, not hydra.sweep.subdir resolved again here (job id, resolvers, clock)
             sweep_config.hydra.run.dir = run_dir
         HydraConfig.instance().set_config(sweep_config)
-        ret = run_job(
-            hydra_context=hydra_context,
-            task_function=task_function,
-            config=sweep_config,
-            job_dir_key="hydra.run.dir",
-            job_subdir_key=None,
-        )
+        with Sampler(run_dir, interval_s=SAMPLE_EVERY_S, write_tb=env.global_rank == 0) as sampler:
+            ret = run_job(
+                hydra_context=hydra_context,
+                task_function=task_function,
+                config=sweep_config,
+                job_dir_key="hydra.run.dir",
+                job_subdir_key=None,
+            )
+        if env.global_rank == 0 and sampler.stats.n:
+            summary.write(run_dir, sys=sampler.summary())
         if ret.status == JobStatus.COMPLETED:
             if env.global_rank == 0:
                 self._completed(run_dir, ret.return_value, self.app)
