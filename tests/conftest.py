@@ -1,11 +1,11 @@
-"""Shared test helpers: run hpctrain as a user does (a subprocess), read its files."""
+"""Fixtures and collection rules; the helpers tests import live in tests/helpers/ (cli_helpers.py, ...)."""
 
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional
+
 
 import pytest
 
@@ -16,32 +16,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = ROOT / "tests" / "helpers"
 sys.path.insert(0, str(HELPERS))  # the helpers are importable by tests too
-
-
-def hpctrain_env(extra: Optional[dict] = None) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
-    env.setdefault("HYDRA_FULL_ERROR", "0")
-    env.update(extra or {})
-    return env
-
-
-def run_hpctrain(args: List[str], cwd: Path, env: Optional[dict] = None, timeout: float = 600,
-                 check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "hpctrain", *args], cwd=cwd, env=hpctrain_env(env),
-                          capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"hpctrain {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def tb_scalars(run_dir: Path, tag: str) -> List[float]:
-    """Values of one scalar tag, read with TensorBoard's own event reader."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
-    acc.Reload()
-    return [e.value for e in acc.Scalars(tag)]
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import hpctrain_env, run_hpctrain
+from cli_helpers import hpctrain_env, run_hpctrain
 from hpctrain.slurm import query as slurm
 from slurm_helpers import cancel, job_id, metrics, queued, run_dirs, wait_for
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import hpctrain_env
+from cli_helpers import hpctrain_env
 
 import hpctrain
 from hpctrain.core.state import State

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import hpctrain_env
+from cli_helpers import hpctrain_env
 
 pytestmark = pytest.mark.login
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import HELPERS, hpctrain_env, run_hpctrain
+from cli_helpers import HELPERS, hpctrain_env, run_hpctrain
 from hpctrain.slurm import parse as slurm_parse, query as slurm
 from slurm_helpers import metrics, run_dirs
 

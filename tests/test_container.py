@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from spython.main.parse.parsers import SingularityParser
 
-from conftest import HELPERS, ROOT, run_hpctrain
+from cli_helpers import HELPERS, ROOT, run_hpctrain
 
 DEF_FILE = ROOT / "Singularity.def"
 # Official PyTorch images: pytorch/pytorch:<torch>-cuda<X.Y>-cudnn<N>-runtime

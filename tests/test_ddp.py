@@ -11,7 +11,7 @@ import torch
 import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from conftest import hpctrain_env, run_hpctrain, tb_scalars
+from cli_helpers import hpctrain_env, run_hpctrain, tb_scalars
 from trainer_helpers import compose, gloo_ranks, state_close
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HELPERS, hpctrain_env
+from cli_helpers import HELPERS, hpctrain_env
 from slurm_helpers import metrics, record_kinds, run_dirs
 
 APP = HELPERS / "foreign_app.py"

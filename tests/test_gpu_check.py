@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT, hpctrain_env
+from cli_helpers import ROOT, hpctrain_env
 
 
 def test_gpu_check_runs_end_to_end_on_cpu(tmp_path):

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from conftest import run_hpctrain
+from cli_helpers import run_hpctrain
 
 from hpctrain.train import distributed
 from hpctrain.train.distributed import device_index, gpus_given, pick_device

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import hpctrain_env, run_hpctrain
+from cli_helpers import hpctrain_env, run_hpctrain
 
 from hpctrain.submit.backends.local import gpu_slots, visible_gpus
 

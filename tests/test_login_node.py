@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import hpctrain_env
+from cli_helpers import hpctrain_env
 
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import hpctrain_env, run_hpctrain
+from cli_helpers import hpctrain_env, run_hpctrain
 from trainer_helpers import compose
 
 

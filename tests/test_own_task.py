@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import run_hpctrain, tb_scalars
+from cli_helpers import run_hpctrain, tb_scalars
 
 
 def _record(run_dir):

@@ -13,7 +13,7 @@ from typing import List, Tuple
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import hpctrain_env
+from cli_helpers import hpctrain_env
 from hpctrain.schema import DIRNAME_TEMPLATE, register_configs
 
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra

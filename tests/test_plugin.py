@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from conftest import hpctrain_env
+from cli_helpers import hpctrain_env
 
 pytestmark = pytest.mark.login
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HELPERS, ROOT, hpctrain_env, run_hpctrain
+from cli_helpers import HELPERS, ROOT, hpctrain_env, run_hpctrain
 
 TESTS = ROOT / "tests"
 LRS = ["0.03", "0.01", "0.001", "0.3"]  # 0.3 fails on purpose (test_review_helpers.LrBoom)

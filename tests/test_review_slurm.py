@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import HELPERS, hpctrain_env, run_hpctrain
+from cli_helpers import HELPERS, hpctrain_env, run_hpctrain
 
 pytestmark = pytest.mark.slurm
 sys.path.insert(0, str(HELPERS))

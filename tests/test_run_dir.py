@@ -10,7 +10,7 @@ from typing import List
 
 import pytest
 
-from conftest import HELPERS, hpctrain_env, run_hpctrain
+from cli_helpers import HELPERS, hpctrain_env, run_hpctrain
 from slurm_helpers import metrics, record_kinds
 
 APP = HELPERS / "resolver_app.py"

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import run_hpctrain
+from cli_helpers import run_hpctrain
 from hpctrain.core import events as record
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 

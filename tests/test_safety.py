@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import hpctrain_env, run_hpctrain
+from cli_helpers import hpctrain_env, run_hpctrain
 
 
 def _snapshot(run_dir: Path) -> dict:

@@ -5,7 +5,7 @@ import sys
 import time
 import types
 
-from conftest import hpctrain_env, run_hpctrain, tb_scalars
+from cli_helpers import hpctrain_env, run_hpctrain, tb_scalars
 
 from hpctrain.job.sampler import Sampler
 

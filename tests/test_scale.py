@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from conftest import hpctrain_env, run_hpctrain
+from cli_helpers import hpctrain_env, run_hpctrain
 from hpctrain.slurm import parse as slurm_parse, query as slurm
 from hpctrain.job import pack
 from hpctrain.submit import arrays

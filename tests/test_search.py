@@ -12,7 +12,7 @@ from typing import List
 
 import pytest
 
-from conftest import run_hpctrain
+from cli_helpers import run_hpctrain
 from slurm_helpers import cancel, job_id, metrics, queued, wait_for
 
 TINY = ["max_steps=20", "eval_every=5", "log_every=5", "ckpt_every=5", "data.train_size=1024",

@@ -5,7 +5,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import run_hpctrain, tb_scalars
+from cli_helpers import run_hpctrain, tb_scalars
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import hpctrain_env, run_hpctrain
+from cli_helpers import hpctrain_env, run_hpctrain
 from hpctrain.core import events as record
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 from trainer_helpers import compose, state_close

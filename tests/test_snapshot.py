@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HELPERS, run_hpctrain
+from cli_helpers import HELPERS, run_hpctrain
 from slurm_helpers import cancel, job_id, metrics, queued, run_dirs, wait_for
 
 MODULE = '''

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from conftest import hpctrain_env, run_hpctrain, tb_scalars
+from cli_helpers import hpctrain_env, run_hpctrain, tb_scalars
 
 
 def test_readme_sweep_on_local_executor(tmp_path):

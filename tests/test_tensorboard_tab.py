@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HELPERS, ROOT, hpctrain_env, run_hpctrain
+from cli_helpers import HELPERS, ROOT, hpctrain_env, run_hpctrain
 
 CHROMIUM = "/usr/bin/chromium"
 # no downloads here: without the networking flags Chromium keeps dialling out

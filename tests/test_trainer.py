@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from conftest import hpctrain_env, run_hpctrain, tb_scalars
+from cli_helpers import hpctrain_env, run_hpctrain, tb_scalars
 from trainer_helpers import compose, state_close
 
 from hpctrain.train.distributed import DistInfo

@@ -4,7 +4,7 @@ import json
 
 import torch
 
-from conftest import tb_scalars
+from cli_helpers import tb_scalars
 from trainer_helpers import compose
 
 from hpctrain.core import events as record

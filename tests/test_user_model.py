@@ -4,7 +4,7 @@ import json
 
 import torch
 
-from conftest import run_hpctrain, tb_scalars
+from cli_helpers import run_hpctrain, tb_scalars
 
 
 def test_user_model_by_target(tmp_path):

@@ -1,0 +1,36 @@
+"""Run hpctrain as a user does (a subprocess) and read what it wrote: shared by the tests."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+ROOT = Path(__file__).resolve().parents[2]
+HELPERS = ROOT / "tests" / "helpers"
+
+
+def hpctrain_env(extra: Optional[dict] = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
+    env.setdefault("HYDRA_FULL_ERROR", "0")
+    env.update(extra or {})
+    return env
+
+
+def run_hpctrain(args: List[str], cwd: Path, env: Optional[dict] = None, timeout: float = 600,
+                 check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "hpctrain", *args], cwd=cwd, env=hpctrain_env(env),
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"hpctrain {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def tb_scalars(run_dir: Path, tag: str) -> List[float]:
+    """Values of one scalar tag, read with TensorBoard's own event reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [e.value for e in acc.Scalars(tag)]
