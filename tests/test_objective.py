@@ -115,3 +115,28 @@ def test_optuna_sweeper_over_local_launcher(tmp_path, optuna_python):
     assert len(values) == 2
     result = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     assert result["best_value"] == pytest.approx(min(values))
+
+
+def test_the_median_pruner_leaves_small_studies_and_first_evals_alone():
+    import optuna
+
+    from hpctrain.search.space import parse
+    from hpctrain.search.study import Settings, build_pruner
+
+    space, problems = parse(["lr=interval(0.001,0.1)"], None)
+    assert not problems
+    study = optuna.create_study(pruner=build_pruner(Settings(space=space, n_trials=6, n_workers=1,
+                                                             extra={"first_eval_step": 10})))
+    for i in range(4):  # four good trials finished
+        t = study.ask()
+        t.report(1.0, 10), t.report(1.0, 20)
+        study.tell(t, 1.0)
+    fifth = study.ask()
+    fifth.report(100.0, 20)
+    assert not fifth.should_prune()  # 4 finished trials: fewer than 5 to compare against
+    study.tell(fifth, 1.0)
+    sixth = study.ask()
+    sixth.report(100.0, 10)
+    assert not sixth.should_prune()  # its first eval: the warm-up
+    sixth.report(100.0, 20)
+    assert sixth.should_prune()

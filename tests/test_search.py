@@ -266,7 +266,7 @@ def test_a_clearly_bad_trial_is_pruned_early_under_median(tmp_path, slurm_cluste
     # grid order with seed 5 (one worker): lr=1e-3, 3e-3, then 10, after two completed trials
     run_hpctrain(search(sweep, "lr=choice(1e-3,3e-3,10)", "hydra.sweeper.sampler=grid", "hydra.sweeper.seed=5",
                         "hydra.sweeper.n_trials=3", "hydra.sweeper.n_workers=1", "hydra.sweeper.pruner=median",
-                        "max_steps=40", "eval_every=5", "log_every=5", "ckpt_every=0", "data.train_size=1024",
+                        "hydra.sweeper.startup_trials=1", "max_steps=40", "eval_every=5", "log_every=5", "ckpt_every=0", "data.train_size=1024",
                         "data.val_size=128", "model.hidden=16", "hydra.launcher.wait=true"), cwd=tmp_path, timeout=400)
     found = {t.params["lr"]: t for t in trials(sweep)}
     assert found[10].state.name == "PRUNED"

@@ -126,9 +126,16 @@ def build_sampler(settings: Settings, worker: int = 0) -> optuna.samplers.BaseSa
     raise ValueError(f"hydra.sweeper.sampler={name!r}: expected one of {', '.join(SAMPLERS)}")
 
 
+MEDIAN_STARTUP_TRIALS = 5  # Optuna's own default: fewer trials to compare against prune most of a small study
+
+
 def build_pruner(settings: Settings) -> optuna.pruners.BasePruner:
     if settings.pruner == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=min(4, max(1, settings.n_trials // 4)))
+        # a trial's first eval is never pruned (Optuna prunes from step n_warmup_steps on): one value decides nothing
+        first_eval = int(settings.extra.get("first_eval_step", 0))
+        startup = int(settings.extra.get("startup_trials", MEDIAN_STARTUP_TRIALS))
+        return optuna.pruners.MedianPruner(n_startup_trials=startup,
+                                           n_warmup_steps=first_eval + 1 if first_eval else 0)
     if settings.pruner == "asha":
         return optuna.pruners.SuccessiveHalvingPruner()
     if settings.pruner == "none":

@@ -11,6 +11,7 @@ Its settings are ``SearchSweeperConf`` in the plugin package; optuna is imported
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -20,7 +21,6 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from hpctrain.core import manifest
-from hpctrain.core import paths as runfiles
 from hpctrain.core.state import Direction
 from hpctrain.core.run import RunSpec
 from hpctrain.submit.errors import LaunchError
@@ -66,6 +66,10 @@ class SearchSweeper(Sweeper):
             problems += more
         metric, direction = self._objective(sample)
         settings = self._settings(space, metric, direction, launcher)
+        eval_every = OmegaConf.select(sample.cfg, "eval_every", default=None) if sample is not None else None
+        settings.extra["startup_trials"] = max(0, int(self.conf.startup_trials))
+        if isinstance(eval_every, int) and eval_every > 0:
+            settings.extra["first_eval_step"] = eval_every  # the pruner leaves each trial's first eval alone
         from hpctrain.search import study as studies  # optuna: search sweeps only
 
         old = studies.existing_direction(sweep_dir)
@@ -101,7 +105,6 @@ class SearchSweeper(Sweeper):
         return self._submit(launcher, runs, settings, sweep_dir)
 
     def _submit(self, launcher: BaseLauncher, runs: List[RunSpec], settings: Any, sweep_dir: Path) -> Any:
-        from hpctrain.search import study as studies
         from hpctrain.search.worker import SearchWorker
 
         problems = launcher.plan_snapshot(sweep_dir)  # workers run the code as it was at submit time
@@ -221,7 +224,10 @@ class SearchSweeper(Sweeper):
         c = self.conf
         n_workers = int(c.n_workers) if isinstance(c.n_workers, int) and c.n_workers > 0 else 1
         if launcher.kind == "local":
-            n_workers = launcher.max_parallel()  # local: max_parallel worker processes
+            asked, n_workers = n_workers, launcher.max_parallel()  # local: max_parallel worker processes
+            if n_workers < asked:
+                print(f"hpctrain: hydra.sweeper.n_workers={asked}, but this machine runs {n_workers} run(s) at a "
+                      f"time (hydra.launcher.max_parallel={n_workers}): {n_workers} worker(s)", file=sys.stderr)
         n_trials = int(c.n_trials) if isinstance(c.n_trials, int) and c.n_trials > 0 else 1
         return StudySettings(space=space, n_trials=n_trials, n_workers=min(n_workers, n_trials),
                         sampler=str(c.sampler), pruner=str(c.pruner), seed=c.seed, metric=metric,

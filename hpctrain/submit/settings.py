@@ -84,6 +84,7 @@ class SearchSweeperConf:
     n_workers: int = 4  # worker tasks of the job array; on the local launcher: max_parallel
     sampler: str = "tpe"  # tpe | random | grid | cmaes | gp
     pruner: str = "median"  # median | asha | none: stop bad trials at an eval step
+    startup_trials: int = 5  # the median pruner prunes nothing before this many trials have finished
     seed: Optional[int] = None  # the samplers' seed (each worker gets seed + its index)
     grace_s: int = 120  # a running trial whose worker is unknown and silent this long is taken over
     heartbeat_s: float = 10.0

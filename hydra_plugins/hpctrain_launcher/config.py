@@ -20,6 +20,7 @@ SEARCH_SWEEPER = {
     "n_workers": 4,
     "sampler": "tpe",
     "pruner": "median",
+    "startup_trials": 5,
     "seed": None,
     "grace_s": 120,
     "heartbeat_s": 10.0,
