@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from hpctrain.core import events as record
 from hpctrain.core import summary
-from hpctrain.submit.checks import validate_job
+from hpctrain.submit.checks import unread_keys, validate_job
 from hpctrain.schema import register_configs
 
 log = logging.getLogger("hpctrain")
@@ -38,6 +38,8 @@ def train(cfg: DictConfig) -> float:
     problems = validate_job(cfg)
     if problems:
         raise ValueError("; ".join(problems))
+    for warning in unread_keys(cfg) if not os.environ.get(record.RECORDED_ENV) else ():  # run mode: said here
+        log.warning(warning)
 
     from hpctrain.job.preemption import PreemptionGuard
     from hpctrain.search import bridge
@@ -81,6 +83,7 @@ def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:
 
 # The launcher calls this on the login node for every sweep point before submitting anything.
 train.validate_job = validate_job  # type: ignore[attr-defined]
+train.unread_keys = unread_keys  # type: ignore[attr-defined]
 # Packed runs (runs_per_task > 1) are forked from one process per task that imports these first.
 train.preload = ("hpctrain.train.trainer", "hpctrain.train.distributed")  # type: ignore[attr-defined]
 

@@ -30,3 +30,13 @@ def test_version_is_hpctrains_and_help_of_a_subcommand(tmp_path):
     assert version.returncode == 0 and version.stdout.startswith("hpctrain 0.1.0 (hydra-core "), version.stdout
     report = _run("help", "report", cwd=tmp_path)
     assert report.returncode == 0 and "the sweep's objective" in report.stdout, report.stdout + report.stderr
+
+
+def test_an_added_key_nothing_reads_is_a_warning_with_the_closest_key(tmp_path):
+    proc = _run("-m", "lr=1e-3", "+lerning_rate=3", "+max_tokens=5", "hydra/launcher=local",
+                "hydra.launcher.dry_run=true", f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert ("hpctrain: warning: lerning_rate: hpctrain's app does not read this key, so it changes nothing; "
+            "did you mean lr?") in proc.stderr
+    assert "hpctrain: warning: max_tokens: hpctrain's app does not read this key" in proc.stderr
+    assert proc.stderr.count("lerning_rate") == 1  # once per sweep, not per point

@@ -236,6 +236,10 @@ class BaseLauncher(Launcher):
         if int(self.params.timeout_min) <= 0:
             problems.append(f"hydra.launcher.timeout_min={self.params.timeout_min}: expected an integer > 0")
         problems += self.plan_snapshot(sweep_dir)
+        unread = getattr(self.task_function, "unread_keys", None)
+        if unread is not None and runs:  # an added key is the same in every point: said once
+            for warning in unread(runs[0].cfg):
+                print(f"hpctrain: warning: {warning}", file=sys.stderr)
         if getattr(self.task_function, "validate_job", None) is not None:
             gpus, tasks = self.gpus_per_node(), self.tasks_per_node()
             if 0 < gpus < tasks:  # hpctrain's ranks take one GPU each
