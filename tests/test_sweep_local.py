@@ -118,3 +118,21 @@ def test_sweep_over_a_config_group(tmp_path):
     assert tuple(weights[1]["features.0.weight"].shape) == (32, 1, 3, 3) and "net.0.weight" not in weights[1]
     assert [json.loads((d / "metrics.json").read_text())["status"] for d in (mlp, cnn)] == ["completed"] * 2
 
+
+
+def test_hparams_of_a_2d_sweep_hold_exactly_the_swept_keys_and_the_config_the_rest(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "lr=1e-3,1e-2", "model.hidden=8,16", "max_steps=5", "eval_every=5", "hydra/launcher=local",
+                  f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    run_dirs = sorted((p for p in sweep.iterdir() if (p / "metrics.json").is_file()), key=lambda p: p.name)
+    assert len(run_dirs) == 4
+    for run_dir in run_dirs:
+        exp = _experiment(run_dir)
+        assert [(h.name, h.differs) for h in exp.hparam_infos] == [("lr", True), ("model.hidden", True)]
+        assert [m.name.tag for m in exp.metric_infos][0] == "val/loss"  # the objective first
+        acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
+        acc.Reload()
+        (config,) = acc.Tensors("config/text_summary")
+        assert "max_steps: 5" in config.tensor_proto.string_val[0].decode()

@@ -1,18 +1,22 @@
-"""What TensorBoard's HParams tab shows for a run: the swept keys first, the objective as the metric.
+"""What TensorBoard's HParams tab shows for a run: the swept keys, the objective as the metric.
 
-TensorBoard sorts the hyperparameter columns by (not ``differs``, name): the keys this run's command
-line set (Hydra's ``hydra.overrides.task``) are marked ``differs`` so they come first, the constants
-after them. The metrics are the objective, then the other final values, as the scalar tags the run logs.
+The hyperparameters are the keys whose values differ between the runs of this run's sweep (read from
+sweep.json beside the run dir; a run outside a sweep: the keys its command line set), each marked
+``differs`` so TensorBoard shows them first; a config group by its chosen option (``model=cnn``). The
+constants go into the run's config text (TensorBoard's Text tab), not into the table. The metrics are the
+objective, then the other final values, as the scalar tags the run logs.
 """
 
-from typing import Any, Dict, List, Mapping
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
+from hpctrain.core import manifest
 from hpctrain.core import paths as runfiles
 
 
@@ -44,12 +48,28 @@ def summaries(hparams: Dict[str, Any], metric_tags: List[str], swept: Dict[str, 
     return [exp, ssi, sei]
 
 
-def run_summaries(cfg: DictConfig, last: Mapping[str, float]) -> List[Summary]:
-    """This run's HParams: its command-line keys first; the objective, then the final values, as metrics."""
-    swept = swept_keys(HydraConfig.get().overrides.task) if HydraConfig.initialized() else {}
-    flat = ordered(flatten(runfiles.redacted(cfg)), swept)
+def sweep_swept(run_dir: Optional[Path], own: Dict[str, str]) -> Dict[str, str]:
+    """Of this run's command-line keys ``own``, those whose values differ between the runs of its sweep."""
+    found = manifest.read(run_dir.parent) if run_dir is not None else None
+    if found is None or len(found.runs) < 2 or not any(e.spec.run_dir == run_dir for e in found.runs.values()):
+        return own
+    values = [swept_keys(list(e.spec.overrides)) for e in found.runs.values()]
+    varying = {k for k in {k for v in values for k in v} if len({v.get(k) for v in values}) > 1}
+    return {k: v for k, v in own.items() if k in varying}
+
+
+def run_summaries(cfg: DictConfig, last: Mapping[str, float], run_dir: Optional[Path] = None) -> List[Summary]:
+    """This run's HParams (the swept keys; the objective, then the final values, as metrics) and its config."""
+    from torch.utils.tensorboard.summary import text
+
+    own = swept_keys(HydraConfig.get().overrides.task) if HydraConfig.initialized() else {}
+    swept = sweep_swept(Path(run_dir).absolute() if run_dir is not None else None, own)
+    plain = runfiles.redacted(cfg)
+    flat = flatten(plain)
+    table = {key: flat.get(key, value) for key, value in swept.items()}
     tags = [cfg.objective.metric] + [k for k in last if k != cfg.objective.metric]
-    return summaries(flat, [t for t in tags if t in last and not t.startswith("perf/")], swept)
+    config = text("config", "```yaml\n" + OmegaConf.to_yaml(OmegaConf.create(plain)) + "```")
+    return summaries(table, [t for t in tags if t in last and not t.startswith("perf/")], swept) + [config]
 
 
 def flatten(node: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:

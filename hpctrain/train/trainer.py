@@ -244,7 +244,7 @@ class Trainer:
             if self.info.is_main:
                 events.pruned(self.run_dir, step=self.step, reason=reason, rank=0)
         # completed: the caller records it (the job wrapper knows the app, run mode's app.train itself)
-        self.logger.finish(hparams.run_summaries(cfg, last))
+        self.logger.finish(hparams.run_summaries(cfg, last, self.run_dir))
         self.logger.progress(**result)
         self.logger.close()
         return result
