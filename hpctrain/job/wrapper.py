@@ -83,7 +83,9 @@ class SweepJob:
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2 (rank 0): requeue the same call; the app resumes from its checkpoint."""
         run_dir = args[2] if len(args) > 2 else kwargs["run_dir"]
-        record.requeued(run_dir)
+        if record.requeued(run_dir) is None:  # the record is final (completed, cancelled): never run it again
+            summary.write(run_dir)
+            raise SystemExit(0)
         summary.write(run_dir)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 

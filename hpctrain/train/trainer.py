@@ -340,8 +340,7 @@ class Trainer:
             if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and not last_step:
                 with meter.paused():
                     self.save_checkpoint()
-        self.guard.uninstall()
-        self._log_eval(last)
+        self._log_eval(last)  # the guard stays: a signal during the final eval and save must not requeue the run
         self.save_checkpoint()
         objective = {"metric": cfg.objective.metric, "mode": cfg.objective.mode,
                      "value": last.get(cfg.objective.metric)}
@@ -350,6 +349,7 @@ class Trainer:
         self.logger.finish(self._hparams_summaries(last))
         self.logger.progress(**result)
         self.logger.close()
+        self.guard.uninstall()  # a signal that came after the last step is dropped: the run is done
         return result
 
     def _log_eval(self, last: Dict[str, float]) -> None:
