@@ -160,3 +160,53 @@ def test_runs_without_a_record_fall_back_to_metrics_json(tmp_path):
 ])
 def test_return_values_as_metrics(value, expected):
     assert summary.numbers(value) == expected
+
+
+def test_a_requeue_never_erases_a_final_state(tmp_path):
+    """USR2 during the final save: the requeue written before the completion, or after it, loses to it;
+    a packed run cancelled after its USR2 stays cancelled; a final record takes no requeue at all."""
+    done = tmp_path / "done"
+    events.submitted(done)
+    events.started(done)
+    assert events.requeued(done) is not None
+    events.completed(done)
+    assert events.read(done).state is State.COMPLETED
+    assert events.requeued(done) is None  # nothing written: the caller must not requeue
+    assert events.read(done).state is State.COMPLETED and events.is_completed(done)
+    cancelled = tmp_path / "cancelled"
+    events.submitted(cancelled)
+    events.started(cancelled)
+    events.requeued(cancelled)  # the packed child checkpointed first
+    events.cancelled(cancelled)  # then `hpctrain cancel --run N`
+    assert events.read(cancelled).state is State.CANCELLED
+    events.started(cancelled)  # even a start that slipped through does not revive it
+    assert events.read(cancelled).state is State.CANCELLED
+
+
+def test_a_rerun_after_a_failure_is_a_new_attempt(tmp_path):
+    """``python -m hpctrain`` twice in one dir: started, failed, started reads running, not failed."""
+    events.started(tmp_path)
+    events.failed(tmp_path, "ValueError: first", rank=0)
+    assert events.read(tmp_path).state is State.FAILED
+    events.started(tmp_path)
+    rs = events.read(tmp_path)
+    assert rs.state is State.RUNNING and rs.error is None and rs.restarts == 1
+
+
+def test_a_packed_run_out_of_requeues_ends_timeout(tmp_path):
+    """The child recorded requeued; submitit then refused to requeue (max_num_timeout used up)."""
+    events.submitted(tmp_path)
+    events.started(tmp_path)
+    events.requeued(tmp_path)
+    events.timed_out(tmp_path, "Job not requeued because: timed-out too many times.")
+    rs = events.read(tmp_path)
+    assert rs.state is State.TIMEOUT and rs.requeues == 1
+
+
+def test_a_retry_recorded_twice_is_counted_once(tmp_path):
+    events.submitted(tmp_path)
+    events.started(tmp_path)
+    events.failed(tmp_path, "ValueError: x", rank=0)
+    events.retrying(tmp_path, 1, 2)
+    events.retrying(tmp_path, 1, 2)
+    assert events.read(tmp_path).retries == 1 and events.retry_allowed(tmp_path, 2) is None  # retrying, not failed

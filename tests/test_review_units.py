@@ -317,3 +317,24 @@ def test_status_watch_keeps_the_last_queue_answer_through_failed_calls(tmp_path,
     snap = collect(loaded, poller)
     assert [r.state for r in snap.runs] == ["running", "queued"] and snap.runs[1].note == "Priority"
     assert "squeue failed 1 time(s) in a row" in snap.warnings[0]
+
+
+def test_held_and_slurm_requeued_runs_show_slurm_reason(tmp_path, fake_squeue):
+    """A NODE_FAIL requeue that Slurm holds is held (with its reason), not queued; a job Slurm put back in
+    the queue on its own (node failure, ``scontrol requeue``: no word in the record) is requeued; the new
+    start such a requeue leads to counts as a restart."""
+    fake_squeue(["100_0|REQUEUE_HOLD|launch failed requeued held", "100_1|PENDING|BeginTime",
+                 "100_2|PENDING|JobHeldAdmin", "100_3|RUNNING|None"])
+    sweep = make_sweep(tmp_path / "s", {
+        0: {"metrics": RUNNING, "record": [SUBMITTED, started("100_0")]},
+        1: {"metrics": RUNNING, "record": [SUBMITTED, started("100_1")]},
+        2: {},
+        3: {"metrics": RUNNING, "record": [SUBMITTED, started("100_3"), started("100_3")]},  # scontrol requeue
+    })
+    snap = collect(load_sweep(sweep))
+    by_idx = {r.idx: r for r in snap.runs}
+    assert {i: r.state for i, r in by_idx.items()} == {0: "held", 1: "requeued", 2: "held", 3: "running"}
+    assert "launch failed requeued held" in by_idx[0].note and "JobHeldAdmin" in by_idx[2].note
+    assert "requeued by Slurm" in by_idx[1].note
+    assert by_idx[3].restarts == 1
+    assert snap.counts() == {"running": 1, "requeued": 1, "held": 2}

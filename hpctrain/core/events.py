@@ -3,7 +3,9 @@
 Every process that changes a run's state (the launcher, each rank's job wrapper, the trainer, the
 batch script after ``srun``, ``hpctrain cancel``, a search sweeper) calls one of the transition
 functions below. Each writes ONE new file into ``<run_dir>/.hpctrain/record/`` by temp-file-and-rename,
-named ``<time_ns>.<kind>.<rank>.<unique>.json``; no file is ever rewritten, so two ranks or two
+named ``<time_ns>.<kind>.<rank>.<unique>.json``, where ``<unique>`` is ``<pid>-<hex>~s<N>~a<M>[~k<job>r<n>]``:
+the submission and attempt the writer belongs to, and in a Slurm job its job id and restart count, so that
+the fold never needs the writers' clocks to agree (see :mod:`hpctrain.core.state`). No file is ever rewritten, so two ranks or two
 processes never read-modify-write the same file. The current state is the fold over those files
 (:func:`hpctrain.core.state.fold`): a pure function, the same for any order in which the ranks of one
 attempt wrote theirs.
@@ -16,6 +18,8 @@ Transitions (and the state they lead to)::
                                                       only what a rank sees after another rank died
     retrying(run_dir, attempt, of)      -> retrying   the ONE decider after the attempt ended (see below)
     requeued(run_dir)                   -> requeued   checkpointed on preemption / time limit; Slurm requeues
+                                                      (not written, None, when the record is final: the
+                                                      caller must not requeue a completed or cancelled run)
     completed(run_dir, metrics)         -> completed
     timed_out(run_dir, error)           -> timeout    submitit gave up after ``max_num_timeout`` requeues
     cancelled(run_dir)                  -> cancelled  ``hpctrain cancel``
@@ -34,16 +38,17 @@ No torch here: the login node reads this.
 """
 
 import os
+import re
 import secrets
 import socket
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import RECORD_DIR, RunPaths
 # the vocabulary lives in state.py; these names stay importable from here for call sites not moved yet
-from hpctrain.core.state import ACTIVE, FINAL, Event, EventKind, RunState, State, fold  # noqa: F401
+from hpctrain.core.state import ACTIVE, FINAL, Event, EventKind, RunState, State, fold, placed  # noqa: F401
 
 PathLike = Union[str, Path]
 # Set by the launcher's job wrapper for the task function: the wrapper keeps the record of this run;
@@ -64,31 +69,71 @@ def record_dir(run_dir: PathLike) -> str:
     return os.path.join(run_dir, RECORD_DIR)
 
 
+_TAG = re.compile(r"^([sak])(.+)$")
+_KEY = re.compile(r"^[0-9_]+r[0-9]+$")
+_own_attempt: Dict[str, Tuple[int, int]] = {}  # record dir -> (submission, attempt) this process started
+
+
+def slurm_key() -> Optional[str]:
+    """This process's Slurm job and restart count (``123_4r1``): the same on every rank and in the batch
+    script of one attempt; None outside Slurm."""
+    job = os.environ.get("SLURM_ARRAY_JOB_ID")
+    job = f"{job}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}" if job else os.environ.get("SLURM_JOB_ID")
+    key = f"{job}r{os.environ.get('SLURM_RESTART_COUNT') or 0}" if job else None
+    return key if key and _KEY.match(key) else None
+
+
+def _tags(directory: str, kind: EventKind) -> str:
+    """The submission and attempt as this writer sees them (counts of tags: no clock involved)."""
+    rs = fold(_events_in(directory))
+    sub = max((s for s, _, e in placed(rs.events) if e.kind is EventKind.SUBMITTED), default=0)
+    if kind is EventKind.SUBMITTED:
+        return f"~s{sub + 1}~a0"
+    own = _own_attempt.get(directory)
+    attempt = own[1] if own is not None and own[0] == sub else rs.attempts  # its own start, not another's
+    if kind is EventKind.STARTED:
+        attempt = rs.attempts + 1
+        _own_attempt[directory] = (sub, attempt)
+    key = slurm_key()
+    return f"~s{sub}~a{attempt}" + (f"~k{key}" if key else "")
+
+
 def _write(run_dir: PathLike, kind: EventKind, rank: int = -1, **details: Any) -> Event:
     """The one writer: a new file, complete or absent (temp file, then rename)."""
     kind = EventKind(kind)
+    directory = record_dir(run_dir)
+    tags = _tags(directory, kind)
     now = time.time_ns()
-    name = f"{now:020d}.{kind.value}.{rank}.{os.getpid()}-{secrets.token_hex(3)}.json"
-    path = os.path.join(record_dir(run_dir), name)
+    name = f"{now:020d}.{kind.value}.{rank}.{os.getpid()}-{secrets.token_hex(3)}{tags}.json"
+    path = os.path.join(directory, name)
     write_json_atomic(path, {"kind": kind.value, "time": now / 1e9, "rank": rank,
                              "host": socket.gethostname(), **details})
-    return Event(now, kind, rank, path)
+    return parse_name(name, directory) or Event(now, kind, rank, path)
 
 
 def parse_name(name: str, directory: str = "") -> Optional[Event]:
-    """``<time_ns>.<kind>.<rank>.<unique>.json`` -> Event; None for anything else (temp files, garbage)."""
+    """``<time_ns>.<kind>.<rank>.<unique>.json`` -> Event; None for anything else (temp files, garbage).
+    Tags in ``<unique>`` (``~s2~a3~k123_4r1``) place it; a name without them is placed by its time."""
     parts = name.split(".")
     if len(parts) != 5 or parts[4] != "json":
         return None
+    tags: Dict[str, str] = {}
+    for piece in parts[3].split("~")[1:]:
+        m = _TAG.match(piece)
+        if m:
+            tags[m.group(1)] = m.group(2)
     try:
-        return Event(int(parts[0]), EventKind(parts[1]), int(parts[2]), os.path.join(directory, name))
+        return Event(int(parts[0]), EventKind(parts[1]), int(parts[2]), os.path.join(directory, name),
+                     submission=_int(tags.get("s")), attempt=_int(tags.get("a")), key=tags.get("k"))
     except ValueError:
         return None
 
 
-def events(run_dir: PathLike) -> List[Event]:
-    """The run's events in time order (file names only: nothing opened)."""
-    directory = record_dir(run_dir)
+def _int(text: Optional[str]) -> Optional[int]:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def _events_in(directory: str) -> List[Event]:
     try:
         names = os.listdir(directory)
     except OSError:
@@ -98,13 +143,21 @@ def events(run_dir: PathLike) -> List[Event]:
     return found
 
 
+def events(run_dir: PathLike) -> List[Event]:
+    """The run's events in time order (file names only: nothing opened)."""
+    return _events_in(record_dir(run_dir))
+
+
 # ---------------------------------------------------------------- transitions
 def submitted(run_dir: PathLike, **details: Any) -> Event:
     return _write(run_dir, EventKind.SUBMITTED, **details)
 
 
 def started(run_dir: PathLike, job_id: Optional[str] = None, rank: int = 0, **details: Any) -> Event:
-    return _write(run_dir, EventKind.STARTED, rank, job_id=job_id, **details)
+    """A new attempt (the next number after the highest the record holds); Slurm's restart count with it."""
+    restart = os.environ.get("SLURM_RESTART_COUNT")
+    extra = {"slurm_restart_count": int(restart)} if restart and restart.isdigit() else {}
+    return _write(run_dir, EventKind.STARTED, rank, job_id=job_id, **{**extra, **details})
 
 
 def failed(run_dir: PathLike, error: str, rank: int = -1, fallout: Optional[bool] = None,
@@ -118,7 +171,11 @@ def retrying(run_dir: PathLike, attempt: int, of: int) -> Event:
     return _write(run_dir, EventKind.RETRYING, attempt=attempt, of=of)
 
 
-def requeued(run_dir: PathLike, rank: int = 0, **details: Any) -> Event:
+def requeued(run_dir: PathLike, rank: int = 0, **details: Any) -> Optional[Event]:
+    """Checkpointed for a requeue; None, nothing written, when the record is final (completed, cancelled,
+    pruned): the caller then must not requeue the run."""
+    if read(run_dir).final:
+        return None
     return _write(run_dir, EventKind.REQUEUED, rank, **details)
 
 

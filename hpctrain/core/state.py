@@ -4,9 +4,19 @@ The one vocabulary: every other module compares against these enums; strings app
 read or written (``State(value)``, ``Direction.parse(text)``). ``State`` and ``Direction`` are
 ``str``-valued, so ``json.dumps`` writes them as before (``"completed"``, ``"min"``).
 
-The fold, in words: only the events since the last ``submitted`` count (a rerun starts afresh);
-``retrying`` and ``requeued`` end an attempt; within the current attempt the strongest event wins:
-completed > pruned > cancelled > timeout > failed > running. A failed attempt's error is a rank's own
+The fold, in words. Writers' clocks need not agree (a login node behind the compute nodes, two nodes of
+one job): order comes from the tags each writer puts in the file name, not from its time. Each event
+belongs to a submission (the number of ``submitted`` events its writer saw; a rerun starts afresh) and
+to an attempt: each ``started`` opens the next attempt (one more than the highest its writer saw), and
+the other events of that attempt carry its number, or its Slurm job and restart count, which the fold
+maps to the attempt whose ``started`` has the same. Untagged events (records written before the tags)
+are placed by time, as they always were: ``retrying`` and ``requeued`` end an attempt.
+
+Within the current submission, ``completed`` > ``pruned`` > ``cancelled`` are final: once in the record
+no later event, in any attempt, undoes them. Otherwise the latest attempt decides, by precedence, never
+by the order its events were written in: timeout > retrying > requeued > failed > running. A new start
+after a failure (a retry, a rerun of ``python -m hpctrain``) begins a new attempt. Budgets count attempts,
+not events: a retry recorded twice for one attempt counts once. A failed attempt's error is a rank's own
 error over the collective fallout the other ranks saw (lowest rank first), whatever order they wrote in.
 Pure: it opens only the files of a failed attempt (for the error). No torch, no Hydra.
 """
@@ -22,6 +32,7 @@ class State(str, Enum):
     QUEUED = "queued"
     RUNNING = "running"
     REQUEUED = "requeued"
+    HELD = "held"  # Slurm holds the job (a failed launch after a node failure, an administrator's hold)
     RETRYING = "retrying"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -41,7 +52,7 @@ class State(str, Enum):
             return None
 
 
-ACTIVE = frozenset({State.QUEUED, State.RUNNING, State.REQUEUED, State.RETRYING})
+ACTIVE = frozenset({State.QUEUED, State.RUNNING, State.REQUEUED, State.HELD, State.RETRYING})
 FINAL = frozenset({State.COMPLETED, State.FAILED, State.TIMEOUT, State.CANCELLED, State.PRUNED})
 FAILURES = (State.FAILED, State.TIMEOUT)  # the states whose error is shown
 
@@ -106,10 +117,13 @@ _SPELLINGS = {"min": Direction.MIN, "minimize": Direction.MIN, "max": Direction.
 # ---------------------------------------------------------------- events and the fold
 @dataclass(frozen=True)
 class Event:
-    time_ns: int
+    time_ns: int  # the writer's own clock: for display and for untagged (older) records only
     kind: EventKind
     rank: int  # -1: not a rank (launcher, batch script, login node)
     path: str  # the file, read only when its details are needed
+    submission: Optional[int] = None  # tags from the file name; None in records written before them
+    attempt: Optional[int] = None
+    key: Optional[str] = None  # the Slurm job and restart count it was written in (``123_4r1``)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", EventKind(self.kind))  # a kind given as its file-name text
@@ -119,19 +133,22 @@ class Event:
         return read_json(self.path) or {}
 
 
-_BOUNDARY = {EventKind.RETRYING: State.RETRYING, EventKind.REQUEUED: State.REQUEUED}  # these end an attempt
-# within an attempt: the strongest event wins, whatever the order the ranks wrote in
-_STRENGTH = [(EventKind.COMPLETED, State.COMPLETED), (EventKind.PRUNED, State.PRUNED),
-             (EventKind.CANCELLED, State.CANCELLED), (EventKind.TIMEOUT, State.TIMEOUT),
-             (EventKind.FAILED, State.FAILED), (EventKind.STARTED, State.RUNNING)]
+_BOUNDARY = frozenset({EventKind.RETRYING, EventKind.REQUEUED})  # untagged records: these end an attempt
+# final for the whole submission, strongest first: nothing after them undoes them
+_FINAL_EVENTS = [(EventKind.COMPLETED, State.COMPLETED), (EventKind.PRUNED, State.PRUNED),
+                 (EventKind.CANCELLED, State.CANCELLED)]
+# within the latest attempt: the strongest event wins, whatever the order (or the clocks) they were written in
+_PRECEDENCE = [(EventKind.TIMEOUT, State.TIMEOUT), (EventKind.RETRYING, State.RETRYING),
+               (EventKind.REQUEUED, State.REQUEUED), (EventKind.FAILED, State.FAILED),
+               (EventKind.STARTED, State.RUNNING)]
 
 
 @dataclass
 class RunState:
     state: Optional[State]  # None: the run has no record (not launched by hpctrain, or an older run)
-    starts: int = 0  # attempts started since the last submission
-    retries: int = 0  # retrying events since the last submission: the retry budget used
-    requeues: int = 0  # preemptions / time limits since the last submission
+    starts: int = 0  # started events since the last submission
+    retries: int = 0  # attempts retried since the last submission: the retry budget used
+    requeues: int = 0  # attempts requeued (preemption / time limit) since the last submission
     submissions: int = 0
     error: Optional[str] = None  # the failed attempt's error: a rank's own over the fallout
     failed_rank: Optional[int] = None
@@ -139,6 +156,7 @@ class RunState:
     started_at: Optional[float] = None  # first start of this submission
     ended_at: Optional[float] = None  # the final event's time
     events: List[Event] = field(default_factory=list)
+    attempts: int = 0  # the highest attempt started since the last submission (a Slurm requeue counts)
 
     @property
     def job_id(self) -> Optional[str]:
@@ -147,7 +165,7 @@ class RunState:
 
     @property
     def restarts(self) -> int:
-        return max(0, self.starts - 1)
+        return max(0, self.attempts - 1)
 
     @property
     def attempt(self) -> Tuple[int, int, int]:
@@ -163,42 +181,78 @@ class RunState:
         return self.state in FINAL
 
 
+def placed(all_events: List[Event]) -> List[Tuple[int, int, Event]]:
+    """Each event with its (submission, attempt): from its tags, else (an untagged event) from time order."""
+    ordered = sorted(all_events, key=lambda e: (e.time_ns, e.path))
+    by_key: Dict[Tuple[Optional[int], str], int] = {}
+    for e in ordered:
+        if e.kind is EventKind.STARTED and e.key and e.attempt is not None:
+            by_key.setdefault((e.submission, e.key), e.attempt)
+    out = []
+    sub, n_subs = 0, 0
+    current: Dict[int, int] = {}  # per submission: the attempt in progress, for untagged events
+    ended: Dict[int, bool] = {}
+    for e in ordered:
+        if e.kind is EventKind.SUBMITTED:
+            n_subs += 1
+            sub = e.submission if e.submission is not None else n_subs
+        esub = e.submission if e.submission is not None else sub
+        if e.kind is EventKind.SUBMITTED:
+            att = 0
+        elif e.key and (esub, e.key) in by_key:
+            att = by_key[(esub, e.key)]
+        elif e.attempt is not None:
+            att = e.attempt
+        else:  # untagged: the attempt in progress; after a boundary, or at a first start, the next one
+            att = current.get(esub, 0)
+            if ended.get(esub) or (e.kind is EventKind.STARTED and att == 0):
+                att, ended[esub] = att + 1, False
+            if e.kind in _BOUNDARY:
+                ended[esub] = True
+        current[esub] = max(current.get(esub, 0), att)
+        out.append((esub, att, e))
+    return out
+
+
 def fold(all_events: List[Event]) -> RunState:
-    """The run's state from its events (sorted by time). Pure: opens the files of a failed attempt only."""
+    """The run's state from its events (any order). Pure: opens the files of a failed attempt only."""
     if not all_events:
         return RunState(None)
-    subs = [i for i, e in enumerate(all_events) if e.kind is EventKind.SUBMITTED]
-    current = all_events[subs[-1]:] if subs else all_events
-    bounds = [i for i, e in enumerate(current) if e.kind in _BOUNDARY]
-    attempt = current[bounds[-1] + 1:] if bounds else current
-    kinds = {e.kind for e in attempt}
-    out = RunState(None, events=all_events, submissions=len(subs))
-    starts = [e for e in current if e.kind is EventKind.STARTED]
+    where = placed(all_events)
+    subs = sorted({s for s, _, e in where if e.kind is EventKind.SUBMITTED})
+    current_sub = subs[-1] if subs else 0
+    current = [(a, e) for s, a, e in where if s == current_sub]
+    out = RunState(None, events=sorted(all_events, key=lambda e: (e.time_ns, e.path)), submissions=len(subs))
+    starts = [(a, e) for a, e in current if e.kind is EventKind.STARTED]
     out.starts = len(starts)
-    out.retries = sum(e.kind is EventKind.RETRYING for e in current)
-    out.requeues = sum(e.kind is EventKind.REQUEUED for e in current)
+    out.attempts = max((a for a, _ in starts), default=0)
+    out.retries = len({a for a, e in current if e.kind is EventKind.RETRYING})
+    out.requeues = len({a for a, e in current if e.kind is EventKind.REQUEUED})
     if starts:
-        out.started_at = starts[0].time_ns / 1e9
-        out.last_start = starts[-1]
-    for kind, state in _STRENGTH:
-        if kind in kinds:
-            out.state = state
-            break
-    else:
-        out.state = _BOUNDARY[current[bounds[-1]].kind] if bounds else State.QUEUED
+        out.started_at = min(e.time_ns for _, e in starts) / 1e9
+        out.last_start = max(starts, key=lambda p: (p[0], p[1].time_ns, p[1].path))[1]
+    kinds_all = {e.kind for _, e in current}
+    final = next(((k, s) for k, s in _FINAL_EVENTS if k in kinds_all), None)
+    if final is not None:
+        out.state = final[1]
+        out.ended_at = min(e.time_ns for _, e in current if e.kind is final[0]) / 1e9
+        return out
+    last = max((a for a, e in current if e.kind is not EventKind.SUBMITTED), default=None)
+    attempt = [e for a, e in current if a == last and e.kind is not EventKind.SUBMITTED] if last is not None else []
+    kinds = {e.kind for e in attempt}
+    out.state = next((s for k, s in _PRECEDENCE if k in kinds), State.QUEUED)
     if out.state in FAILURES:
         out.error, out.failed_rank = _cause([e for e in attempt if e.kind in (EventKind.FAILED, EventKind.TIMEOUT)])
-    if out.state in FINAL:
         out.ended_at = max(e.time_ns for e in attempt if e.kind is not EventKind.STARTED) / 1e9
     return out
 
 
 def _cause(failures: List[Event]) -> Tuple[Optional[str], Optional[int]]:
     """The failing rank's own error wins over the fallout; then the lowest rank (order-independent)."""
-    def key(pair: Tuple[Event, Dict[str, Any]]) -> Tuple[bool, int, int]:
+    def key(pair: Tuple[Event, Dict[str, Any]]) -> Tuple[bool, int, str]:
         e, d = pair
         rank = e.rank if e.rank >= 0 else 1 << 30  # a rank's own words before the batch script's
-        return bool(d.get("fallout")), rank, e.time_ns
+        return bool(d.get("fallout")), rank, str(d.get("error") or "")
 
     details = sorted(((e, e.data()) for e in failures), key=key)
     if not details:

@@ -144,7 +144,16 @@ class PackJob:
         states = {spec.idx: str(events.read(spec.run_dir).state) for spec, _ in children}
         if any(c == REQUEUE_EXIT for c in codes.values()) and callable(submitit_handler):
             print(f"hpctrain pack: every run of the task has ended or checkpointed ({states}); requeueing", flush=True)
-            requeue_with(submitit_handler, signum)  # submitit: checkpoint() below, scontrol requeue, exit
+            try:
+                requeue_with(submitit_handler, signum)  # submitit: checkpoint() below, scontrol requeue, exit
+            except Exception as exc:  # submitit will not requeue (max_num_timeout used up): those runs timed out
+                from hpctrain.core import summary
+
+                for (idx, _, run_dir), _ in children:
+                    if codes.get(idx) == REQUEUE_EXIT:
+                        record.timed_out(run_dir, str(exc))
+                        summary.write(run_dir)
+                raise
         signal.signal(signum, submitit_handler)
         bad = {i: c for i, c in codes.items() if c not in (0, REQUEUE_EXIT) and i not in cancelled}
         if bad:
@@ -224,7 +233,8 @@ def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
 
     def requeue(sig: int, frame: Any) -> None:
         """The trainer hands the signal here after its checkpoint (or it came before training began)."""
-        events.requeued(run_dir)
+        if events.requeued(run_dir) is None:  # final (completed, cancelled): nothing to requeue, let it end
+            return
         summary.write(run_dir)
         os._exit(REQUEUE_EXIT)
 

@@ -96,7 +96,9 @@ class SweepJob:
         """Called by submitit on USR2 (rank 0): requeue the same call; the app resumes from its checkpoint."""
         run = args[0] if args else kwargs["run"]
         run_dir = RunSpec.from_json(run, Path(self.sweep_dir)).run_dir
-        record.requeued(run_dir)
+        if record.requeued(run_dir) is None:  # the record is final (completed, cancelled): never run it again
+            summary.write(run_dir)
+            raise SystemExit(0)
         summary.write(run_dir)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 

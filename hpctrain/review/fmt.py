@@ -11,6 +11,7 @@ STATE_STYLE: Mapping[State, str] = {
     State.QUEUED: "yellow",
     State.RUNNING: "cyan",
     State.REQUEUED: "magenta",
+    State.HELD: "bold yellow",
     State.RETRYING: "magenta",
     State.COMPLETED: "green",
     State.PRUNED: "blue",

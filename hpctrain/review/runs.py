@@ -1,7 +1,8 @@
 """One row per run of a sweep: its state from the run record, checked against the queue.
 
 The run record (:mod:`hpctrain.core.events`) says what the run itself wrote: queued, running, requeued,
-retrying, or how it ended. What the record cannot know, the queue tells: a run whose record is still
+retrying, or how it ended. Slurm's word on a job that waits: held (it waits for a release, with Slurm's
+reason), or requeued by Slurm itself (a node failure, ``scontrol requeue``: no word in the record). What the record cannot know, the queue tells: a run whose record is still
 active but whose job has left the queue died without a word (killed, out of memory, a node lost), was
 cancelled outside hpctrain, or hit its time limit; Slurm's logs, the job's result and ``sacct`` say
 which. The queue is asked before the records are read, so a job that ends in between is seen ended.
@@ -124,6 +125,10 @@ class _Judge:
             if job_id and slurm_parse.in_queue(self.queue, job_id):
                 q_state, reason = self.queue.get(job_id) or self.queue.get(slurm_parse.split_job_id(job_id)[0], ("", ""))
                 if q_state in slurm_parse.PENDING_STATES:
+                    if held(q_state, reason):
+                        return State.HELD, f"held by Slurm ({reason or q_state}): scontrol release {job_id}"
+                    if state is State.RUNNING:  # started, pending again with no word from the run
+                        return State.REQUEUED, f"requeued by Slurm (a node failure or scontrol requeue): {reason}"
                     return (state if state in (State.REQUEUED, State.RETRYING) else State.QUEUED), reason
                 return (state if state is State.REQUEUED else State.RUNNING), ""
         elif job_id and jobs.pid_alive(job_id):
@@ -165,6 +170,15 @@ class _Judge:
                 return State.CANCELLED, "never started; the sweep's launcher is gone"
             return State.CANCELLED, "left the queue without starting"
         return State.FAILED, "ended without a result (killed, out of memory or node failure?): see its log"
+
+
+HELD_STATES = frozenset({"REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
+
+
+def held(q_state: str, reason: str) -> bool:
+    """Slurm holds the job: it waits for a release, not for resources (``launch failed requeued held``
+    after a node failure, ``JobHeldAdmin``, ``JobHeldUser``)."""
+    return q_state in HELD_STATES or "held" in reason.lower()
 
 
 def collect(sweep: Sweep, poller: "Optional[slurm.Poller[slurm_parse.QueueState]]" = None) -> Snapshot:

@@ -225,8 +225,6 @@ class Trainer:
 
     def _end(self, status: State, last: Dict[str, float], started: float, reason: str = "") -> Dict[str, Any]:
         """The one way a run ends: final eval, final checkpoint, the record's event, hparams, metrics.json."""
-        for hook in self.hooks:
-            hook.on_end(self.step, status)
         if self.evaluated_at != self.step:
             self._eval(last)
         self.checkpointer.save(self.step, force=True)
@@ -247,6 +245,8 @@ class Trainer:
         self.logger.finish(hparams.run_summaries(cfg, last, self.run_dir))
         self.logger.progress(**result)
         self.logger.close()
+        for hook in self.hooks:  # last: a signal during the final eval and save must not requeue a finished run
+            hook.on_end(self.step, status)
         return result
 
     def _stop(self) -> None:

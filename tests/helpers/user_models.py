@@ -233,3 +233,21 @@ class SlowDropout(TinyNet):
 
             time.sleep(self.delay_s)
         return self.body(self.drop(x))
+
+
+class SlowSave(TinyNet):
+    """A final save that takes ``delay_s`` (its ``state_dict`` sleeps, once ``marker`` is written), so a
+    test can signal the job while the run saves its last checkpoint."""
+
+    def __init__(self, in_features: int, num_classes: int, marker: str, delay_s: float = 20.0) -> None:
+        super().__init__(in_features, num_classes)
+        self.marker, self.delay_s = marker, delay_s
+
+    def state_dict(self, *args, **kwargs):
+        import time
+
+        if os.environ.get("SLURM_JOB_ID") and not os.path.exists(self.marker):  # the job's first (final) save
+            with open(self.marker, "a") as f:
+                f.write(f"saving at {time.time()}\n")
+            time.sleep(self.delay_s)
+        return super().state_dict(*args, **kwargs)
