@@ -149,10 +149,10 @@ class PackJob:
             except Exception as exc:  # submitit will not requeue (max_num_timeout used up): those runs timed out
                 from hpctrain.core import summary
 
-                for (idx, _, run_dir), _ in children:
-                    if codes.get(idx) == REQUEUE_EXIT:
-                        record.timed_out(run_dir, str(exc))
-                        summary.write(run_dir)
+                for spec, _ in children:
+                    if codes.get(spec.idx) == REQUEUE_EXIT:
+                        events.timed_out(spec.run_dir, str(exc))
+                        summary.write(spec.run_dir)
                 raise
         signal.signal(signum, submitit_handler)
         bad = {i: c for i, c in codes.items() if c not in (0, REQUEUE_EXIT) and i not in cancelled}
