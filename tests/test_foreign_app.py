@@ -72,3 +72,23 @@ def test_foreign_app_on_slurm(tmp_path):
     assert [metrics(d)["metrics"]["loss"] for d in run_dirs(sweep)] == [1.0, 0.0, 4.0]
     report = review(["report", str(sweep), "--metric", "loss", "--mode", "min"], tmp_path)
     assert report.returncode == 0 and "best: #1 x=1" in report.stdout, report.stdout + report.stderr
+
+
+def test_a_deterministic_error_fails_at_once_and_a_transient_one_is_retried(tmp_path):
+    from hpctrain.core.errors import deterministic
+
+    assert deterministic("Traceback ...\nValueError: lr=-1: expected a number > 0")
+    assert deterministic("  File x\nIndexError: Target 6 is out of bounds.")
+    assert deterministic("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x8 and 16x2)")
+    assert not deterministic("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert not deterministic("torch.OutOfMemoryError: CUDA out of memory")
+    assert not deterministic("ValueError: x\nRuntimeError: NCCL communicator was aborted")  # the machine's doing
+    assert not deterministic("RuntimeError: Flaky: failing on the first attempt")
+    assert not deterministic(None) and not deterministic("the job's tasks ended with exit code 137 (killed, ...)")
+    sweep = tmp_path / "sweep"
+    proc = sweep_app(["+x=0", "+bad_config=1", "hydra/launcher=local", "hydra.launcher.max_retries=2",
+                      f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert proc.returncode != 0
+    (run_dir,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert record_kinds(run_dir) == ["submitted", "started", "failed"]  # not retried
+    assert "failed with ValueError: bad_config=1: expected nothing here: the same error would come back" in proc.stderr

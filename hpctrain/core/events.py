@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+from hpctrain.core.errors import deterministic
 from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import RECORD_DIR, RunPaths
 # the vocabulary lives in state.py; these names stay importable from here for call sites not moved yet
@@ -244,9 +245,9 @@ def retry_allowed(run_dir: PathLike, max_retries: int) -> Optional[int]:
     """For the one decider, after an attempt ended: the retry number to record, or None.
 
     Only a failed attempt is retried, while fewer than ``max_retries`` retries were used since the
-    run was submitted.
+    run was submitted, and only when a retry can fix it (:func:`hpctrain.core.errors.deterministic`).
     """
     rs = read(run_dir)
-    if rs.state is not State.FAILED or rs.retries >= max_retries:
+    if rs.state is not State.FAILED or rs.retries >= max_retries or deterministic(rs.error):
         return None
     return rs.retries + 1

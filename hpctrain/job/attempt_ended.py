@@ -17,6 +17,7 @@ from typing import List, Optional
 
 from hpctrain.core import events, summary
 from hpctrain.core.state import State
+from hpctrain.core.errors import deterministic, last_line
 from hpctrain.core.run import RunSpec
 from hpctrain.slurm import query as slurm
 
@@ -31,6 +32,10 @@ def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log
         events.failed(run_dir, f"the job's tasks ended with exit code {exit_code} while the run was still running "
                                f"(killed, out of memory, or a node failure){where}", fallout=False)
     attempt = events.retry_allowed(run_dir, max_retries)
+    after = events.read(run_dir)
+    if attempt is None and after.state is State.FAILED and max_retries > 0 and deterministic(after.error):
+        print(f"hpctrain: {run_dir.name} failed with {last_line(after.error)}: the same error would come back on "
+              f"every attempt, not retried", file=sys.stderr, flush=True)
     if attempt is not None:
         events.retrying(run_dir, attempt, max_retries)
         print(f"hpctrain: {run_dir.name} failed; retry {attempt} of {max_retries}", file=sys.stderr, flush=True)

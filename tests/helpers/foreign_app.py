@@ -11,8 +11,10 @@ from omegaconf import DictConfig
 @hydra.main(version_base="1.3", config_path=None, config_name=None)
 def main(cfg: DictConfig):
     x = float(cfg.get("x", 0.0))
+    if cfg.get("bad_config"):
+        raise ValueError(f"bad_config={cfg.bad_config}: expected nothing here")  # a bug: the same on every attempt
     if cfg.get("fail_above") is not None and x > float(cfg.fail_above):
-        raise ValueError(f"x={x} is above fail_above={cfg.fail_above}")
+        raise RuntimeError(f"x={x} is above fail_above={cfg.fail_above}")  # retried: no class of a bug
     loss = (x - 1.0) ** 2
     if cfg.get("number_only"):
         return loss

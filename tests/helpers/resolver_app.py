@@ -16,7 +16,7 @@ OmegaConf.register_new_resolver("where", lambda: "job" if os.environ.get("SUBMIT
 def main(cfg: DictConfig):
     x = float(cfg.get("x", 0.0))
     if cfg.get("fail_above") is not None and x > float(cfg.fail_above):
-        raise ValueError(f"x={x} is above fail_above={cfg.fail_above}")
+        raise RuntimeError(f"x={x} is above fail_above={cfg.fail_above}")  # retried: no class of a bug
     return {"loss": (x - 1.0) ** 2}
 
 
