@@ -42,3 +42,23 @@ def test_builtin_cnn_and_gpt_train(tmp_path):
         assert losses[-1] < losses[0], (name, losses)
     assert tb_scalars(tmp_path / "gpt", "perf/tokens_per_s")  # an LM reports tokens/s too
     assert tb_scalars(tmp_path / "cnn", "perf/samples_per_s")
+
+
+def test_a_model_whose_outputs_do_not_fit_the_data_fails_before_step_0_naming_both_keys(tmp_path):
+    import json
+
+    from cli_helpers import run_hpctrain
+    from slurm_helpers import record_kinds
+
+    sweep = tmp_path / "s"
+    proc = run_hpctrain(["-m", "model.num_classes=4,8", "max_steps=5", "hydra/launcher=local",
+                         "hydra.launcher.max_retries=1", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    bad = next(p for p in sweep.iterdir() if p.name.startswith("0_"))
+    summary = json.loads((bad / "metrics.json").read_text())
+    assert summary["status"] == "failed" and not summary.get("step")  # before step 0
+    assert ("model._target_=hpctrain.train.models.mlp.MLP gives 4 class score(s) per sample, but "
+            "data._target_=hpctrain.train.datasets.synthetic.gaussian_classes has class labels up to 7") in summary["error"]
+    assert record_kinds(bad) == ["submitted", "started", "failed"]  # the same on every attempt: not retried
+    good = next(p for p in sweep.iterdir() if p.name.startswith("1_"))
+    assert json.loads((good / "metrics.json").read_text())["status"] == "completed"

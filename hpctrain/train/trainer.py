@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from hpctrain.core import events, summary
 from hpctrain.core.state import State
 from hpctrain.core import paths as runfiles
-from hpctrain.train import hparams
+from hpctrain.train import hparams, preflight
 from hpctrain.train.batches import tokens_per_sample
 from hpctrain.train.build import build_data, build_loss, build_metrics, build_model, build_optimizer
 from hpctrain.train.checkpointer import Checkpointer, seed_everything
@@ -71,6 +71,7 @@ class Trainer:
             loss = loss.to(self.device)  # a loss class with buffers (class weights)
         self.forward = Forward(loss, cfg.loss._target_, self.raw_model)
         self.metric_fns = build_metrics(cfg.metrics)
+        preflight.check(cfg, self.raw_model, self.forward, self.train_set, self.metric_fns, self.device)
         if info.is_main:
             summary.write(self.run_dir, max_steps=cfg.max_steps, started=time.time(),
                           world_size=info.world_size, host=socket.gethostname(), pid=os.getpid())
