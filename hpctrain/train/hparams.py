@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
-from hpctrain.core import paths as runfiles
+from hpctrain.core.redact import REDACTED, is_secret_key, redact_config
 
 
 def swept_keys(task_overrides: List[str]) -> Dict[str, str]:
@@ -21,7 +21,8 @@ def swept_keys(task_overrides: List[str]) -> Dict[str, str]:
     out: Dict[str, str] = {}
     for override in OverridesParser.create().parse_overrides(list(task_overrides)):
         if not override.is_delete():
-            out[override.key_or_group] = override.get_value_element_as_str()
+            key = override.key_or_group
+            out[key] = REDACTED if is_secret_key(key) else override.get_value_element_as_str()
     return out
 
 
@@ -47,7 +48,7 @@ def summaries(hparams: Dict[str, Any], metric_tags: List[str], swept: Dict[str, 
 def run_summaries(cfg: DictConfig, last: Mapping[str, float]) -> List[Summary]:
     """This run's HParams: its command-line keys first; the objective, then the final values, as metrics."""
     swept = swept_keys(HydraConfig.get().overrides.task) if HydraConfig.initialized() else {}
-    flat = ordered(flatten(runfiles.redacted(cfg)), swept)
+    flat = ordered(flatten(redact_config(cfg)), swept)
     tags = [cfg.objective.metric] + [k for k in last if k != cfg.objective.metric]
     return summaries(flat, [t for t in tags if t in last and not t.startswith("perf/")], swept)
 
