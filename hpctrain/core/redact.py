@@ -93,6 +93,12 @@ def redacted_keys(overrides: Sequence[str]) -> List[str]:
     return keys
 
 
+def secret_keys(job_overrides: Sequence[Sequence[str]]) -> List[str]:
+    """The secret keys any point of a sweep sets: left out of run-dir names, so that a run's directory (its
+    identity for a rerun) neither shows a secret nor changes when the secret does."""
+    return list(dict.fromkeys(k for point in job_overrides for k in redacted_keys(point)))
+
+
 def env_name(key: str) -> str:
     """The environment variable a secret key could be read from: ``wandb.api_key`` -> ``WANDB_API_KEY``."""
     return re.sub(r"\W", "_", key).upper()
@@ -129,8 +135,3 @@ def redact_config(cfg: Any) -> Dict[str, Any]:
 
     return walk(raw, resolved)
 
-
-def secret_keys(job_overrides: Sequence[Sequence[str]]) -> List[str]:
-    """The secret keys any point of a sweep sets: left out of run-dir names, so that a run's directory (its
-    identity for a rerun) neither shows a secret nor changes when the secret does."""
-    return list(dict.fromkeys(k for point in job_overrides for k in redacted_keys(point)))
