@@ -102,7 +102,8 @@ def test_a_secret_override_is_written_nowhere_hpctrain_writes(tmp_path):
     (run_dir,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert "api_key" not in run_dir.name  # a run dir's name is its identity: no secret in it
     # Hydra's own files hold the overrides as given; the pickles are the job's input and its return value
-    hydras = {run_dir / ".hydra" / n for n in ("overrides.yaml", "config.yaml", "hydra.yaml")} | {sweep / "multirun.yaml"}
+    hydras = {run_dir / ".hydra" / n for n in ("overrides.yaml", "config.yaml", "hydra.yaml")}
+    hydras.add(sweep / "multirun.yaml")
     holding = {p for p in sweep.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()}
     assert {p for p in holding - hydras if p.suffix != ".pkl"} == set()
     assert {p.parent.name for p in holding if p.suffix == ".pkl"} <= {".hpctrain", ".submitit"}

@@ -82,7 +82,8 @@ def write(folder: Path, sweep_dir: Path, *, runs: Sequence[int], repos: Sequence
         "hpctrain_version": version,
         "repositories": [_repo_state(root, folder, n, [sweep_dir]) for n, root in enumerate(repos)],
         "snapshot": str(code_dir) if code_dir else None,
-        "job_env": redact_env({"PYTHONPATH": os.pathsep.join(python_path), "PYTHONSAFEPATH": "1"} if python_path else {}),
+        "job_env": redact_env({"PYTHONPATH": os.pathsep.join(python_path), "PYTHONSAFEPATH": "1"}
+                              if python_path else {}),
         "job_python": job_python,  # the interpreter, or the container command ending in it
         "container_image": _image(image) if image else None,
         # inside a container the image's packages run, not this environment's

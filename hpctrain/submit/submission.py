@@ -90,7 +90,8 @@ class Submission:
 
     def runs_json(self) -> Dict[str, Any]:
         """The run list the job script reads after each attempt (:mod:`hpctrain.job.attempt_ended`)."""
-        tasks = [[{**s.to_json(self.sweep_dir), "overrides": redact_overrides(s.overrides)} for s in t] for t in self.tasks]
+        tasks = [[{**s.to_json(self.sweep_dir), "overrides": redact_overrides(s.overrides)} for s in t]
+                 for t in self.tasks]
         return {"sweep_dir": str(self.sweep_dir), "tasks": tasks}  # the job script reads run dirs only
 
     def scripts(self) -> str:
