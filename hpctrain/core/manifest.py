@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 from hpctrain.core.atomic import locked, read_json, write_json_atomic
 from hpctrain.core.paths import SweepPaths
+from hpctrain.core.redact import redact_overrides
 from hpctrain.core.run import RunSpec
 
 PathLike = Union[str, Path]
@@ -38,7 +39,9 @@ class RunEntry:
         return self.spec.name
 
     def to_json(self, sweep_dir: PathLike) -> Dict[str, Any]:
-        return {**self.extra, **self.spec.to_json(Path(sweep_dir)), "job_id": self.job_id}
+        spec = self.spec.to_json(Path(sweep_dir))
+        spec["overrides"] = redact_overrides(spec["overrides"])  # read by people; the job is handed its own
+        return {**self.extra, **spec, "job_id": self.job_id}
 
     @classmethod
     def from_json(cls, key: str, data: Dict[str, Any], sweep_dir: PathLike) -> Optional["RunEntry"]:

@@ -183,34 +183,6 @@ class SweepPaths:
     @property
     def tensorboard_links(self) -> Path:
         return self.hpctrain / "tensorboard"
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
-_ENV_REF = re.compile(r"oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def looks_secret(name: str) -> bool:
-    return bool(_SECRET.search(name))
-
-
-def redacted(cfg: Any) -> Dict[str, Any]:
-    """The resolved config as plain data, for copies the run keeps (checkpoint, TensorBoard hparams),
-    with secrets left out: values of secret-looking keys, and values read from secret-looking
-    environment variables (``${oc.env:HF_TOKEN}``)."""
-    from omegaconf import OmegaConf
-
-    raw = OmegaConf.to_container(cfg, resolve=False)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-
-    def walk(r: Any, v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: "<redacted>" if looks_secret(str(k)) else walk(r.get(k) if isinstance(r, dict) else None, x)
-                    for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(r[i] if isinstance(r, list) and i < len(r) else None, x) for i, x in enumerate(v)]
-        if isinstance(r, str) and any(looks_secret(name) for name in _ENV_REF.findall(r)):
-            return "<redacted>"
-        return v
-
-    return walk(raw, resolved)
 
 
 def read_metrics(run_dir: PathLike) -> Optional[Dict[str, Any]]:

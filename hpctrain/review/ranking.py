@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from hpctrain.core.atomic import write_json_atomic, write_text_atomic
 from hpctrain.core.paths import RunPaths
+from hpctrain.core.redact import redact_overrides, secret_hint
 from hpctrain.core.state import FAILURES, Direction, State
 from hpctrain.review import fmt
 from hpctrain.review.runs import RunRecord
@@ -96,9 +97,12 @@ def reproduce_command(record: RunRecord, app: Optional[str] = None) -> str:
         program = ["python", shlex.quote(app)]
     else:
         program = ["python", "-m", "hpctrain" if not app or app.startswith("hpctrain") else app]
-    cmd = " ".join(program + [shlex.quote(o) for o in record.overrides])
+    overrides = redact_overrides(record.overrides)
+    cmd = " ".join(program + [shlex.quote(o) for o in overrides])
+    hint = secret_hint(overrides)
     cwd = _launch_cwd(record.run_dir)
-    return f"cd {shlex.quote(cwd)} && {cmd}" if cwd and cwd != str(Path.cwd()) else cmd
+    cmd = f"cd {shlex.quote(cwd)} && {cmd}" if cwd and cwd != str(Path.cwd()) else cmd
+    return f"{cmd}  {hint}" if hint else cmd
 
 
 def _launch_cwd(run_dir: Optional[str]) -> Optional[str]:

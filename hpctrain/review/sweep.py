@@ -14,6 +14,7 @@ import yaml
 
 from hpctrain.core import events, manifest
 from hpctrain.core.paths import MULTIRUN_YAML, SWEEP_MANIFEST, RunPaths, SweepPaths
+from hpctrain.core.redact import is_secret_key, redact_overrides
 from hpctrain.review import search as search_review
 
 
@@ -107,7 +108,9 @@ def load_sweep(sweep_dir: Path) -> Sweep:
         sweep = discover_sweep(sweep_dir)
     else:
         sweep = _from_manifest(sweep_dir, found)
-    sweep.swept = swept_keys(sweep.runs)
+    for run in sweep.runs:  # matched to their run dirs already: from here on, only shown to people
+        run.overrides = redact_overrides(run.overrides)
+    sweep.swept = [k for k in swept_keys(sweep.runs) if not is_secret_key(k)]  # no column of <redacted>
     return sweep
 
 

@@ -22,7 +22,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hpctrain.core import events, manifest
+from hpctrain.core import events, manifest, redact
 from hpctrain.core import paths as runfiles
 from hpctrain.core.run import RunSpec
 from hpctrain.submit import provenance
@@ -114,7 +114,7 @@ class BaseLauncher(Launcher):
         sweeper that launches in batches calls this first); once: later calls change nothing."""
         assert self.config is not None
         if not self.names_decided:
-            exclude_from_names(self.config, constant_keys(job_overrides))
+            exclude_from_names(self.config, constant_keys(job_overrides) + redact.secret_keys(job_overrides))
             self.names_decided = True
 
     def describe(self, runs: Sequence[RunSpec], sweep_dir: Path, *, calling: Optional[Calling] = None,
@@ -146,7 +146,7 @@ class BaseLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         if not self.names_decided:  # a sweeper that did not say the whole sweep: this launch is all of it
-            exclude_from_names(self.config, constant_keys(job_overrides))
+            exclude_from_names(self.config, constant_keys(job_overrides) + redact.secret_keys(job_overrides))
         runs, problems = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx, self._inspect())
         problems = self.check(runs, sweep_dir) + problems
         if problems:
@@ -224,7 +224,7 @@ class BaseLauncher(Launcher):
         c = self.params.container
         problems += check_container(c.image, c.runtime, list(c.binds))
         for name in self.params.env:
-            if runfiles.looks_secret(name):
+            if redact.is_secret_key(name):
                 problems.append(
                     f"hydra.launcher.env.{name}: looks like a secret; it would be written to the job script. "
                     f"Export it in your shell instead (Slurm passes your environment to the job)"

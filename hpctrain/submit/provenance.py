@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain.core import paths as runfiles
+from hpctrain.core.redact import redact_argv, redact_env
 from hpctrain.submit.snapshot import git, kept_names
 
 RECORD = "record.json"
@@ -74,14 +75,15 @@ def write(folder: Path, sweep_dir: Path, *, runs: Sequence[int], repos: Sequence
         version = None
     record = {
         "time": time.time(),
-        "argv": list(getattr(sys, "orig_argv", sys.argv)),
+        "argv": redact_argv(getattr(sys, "orig_argv", sys.argv)),
         "cwd": os.getcwd(),
         "python": sys.executable,
         "python_version": platform.python_version(),
         "hpctrain_version": version,
         "repositories": [_repo_state(root, folder, n, [sweep_dir]) for n, root in enumerate(repos)],
         "snapshot": str(code_dir) if code_dir else None,
-        "job_env": ({"PYTHONPATH": os.pathsep.join(python_path), "PYTHONSAFEPATH": "1"} if python_path else {}),
+        "job_env": redact_env({"PYTHONPATH": os.pathsep.join(python_path), "PYTHONSAFEPATH": "1"}
+                              if python_path else {}),
         "job_python": job_python,  # the interpreter, or the container command ending in it
         "container_image": _image(image) if image else None,
         # inside a container the image's packages run, not this environment's

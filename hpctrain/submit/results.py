@@ -8,6 +8,7 @@ from omegaconf import DictConfig
 
 from hpctrain.core import events as record
 from hpctrain.core import paths as runfiles
+from hpctrain.core.redact import redact_overrides
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.plan import Run
 
@@ -86,7 +87,7 @@ def summary_lines(runs: List[Run]) -> List[str]:
         name = "train/loss" if "train/loss" in metrics else next(iter(metrics), "loss")
         value = metrics.get(name)
         shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
-        values = " ".join(filter_overrides(run.overrides)) or "(defaults)"
+        values = " ".join(redact_overrides(filter_overrides(run.overrides))) or "(defaults)"
         state = record.state_of(run.run_dir) or "unknown"
         lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name.split('/')[-1]}={shown:<8} "
                      f"tb={run.run_dir / runfiles.TB_DIR}")

@@ -12,6 +12,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
+from hpctrain.core.redact import redact_overrides
 from hpctrain.core.run import RunSpec
 
 Task = Tuple[RunSpec, ...]  # one run, or the runs packed side by side in one task
@@ -89,7 +90,9 @@ class Submission:
 
     def runs_json(self) -> Dict[str, Any]:
         """The run list the job script reads after each attempt (:mod:`hpctrain.job.attempt_ended`)."""
-        return {"sweep_dir": str(self.sweep_dir), "tasks": [[s.to_json(self.sweep_dir) for s in t] for t in self.tasks]}
+        tasks = [[{**s.to_json(self.sweep_dir), "overrides": redact_overrides(s.overrides)} for s in t]
+                 for t in self.tasks]
+        return {"sweep_dir": str(self.sweep_dir), "tasks": tasks}  # the job script reads run dirs only
 
     def scripts(self) -> str:
         return "\n".join(a.head + a.script for a in self.arrays if a.script or a.head)

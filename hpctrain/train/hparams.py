@@ -17,7 +17,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
 from hpctrain.core import manifest
-from hpctrain.core import paths as runfiles
+from hpctrain.core.redact import REDACTED, is_secret_key, redact_config
 
 
 def swept_keys(task_overrides: List[str]) -> Dict[str, str]:
@@ -25,7 +25,8 @@ def swept_keys(task_overrides: List[str]) -> Dict[str, str]:
     out: Dict[str, str] = {}
     for override in OverridesParser.create().parse_overrides(list(task_overrides)):
         if not override.is_delete():
-            out[override.key_or_group] = override.get_value_element_as_str()
+            key = override.key_or_group
+            out[key] = REDACTED if is_secret_key(key) else override.get_value_element_as_str()
     return out
 
 
@@ -64,7 +65,7 @@ def run_summaries(cfg: DictConfig, last: Mapping[str, float], run_dir: Optional[
 
     own = swept_keys(HydraConfig.get().overrides.task) if HydraConfig.initialized() else {}
     swept = sweep_swept(Path(run_dir).absolute() if run_dir is not None else None, own)
-    plain = runfiles.redacted(cfg)
+    plain = redact_config(cfg)
     flat = flatten(plain)
     table = {key: flat.get(key, value) for key, value in swept.items()}
     tags = [cfg.objective.metric] + [k for k in last if k != cfg.objective.metric]

@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from hpctrain.core import events, summary
 from hpctrain.core.state import State
 from hpctrain.core import paths as runfiles
+from hpctrain.core.redact import redact_config
 from hpctrain.train import hparams, preflight
 from hpctrain.train.batches import tokens_per_sample
 from hpctrain.train.build import build_data, build_loss, build_metrics, build_model, build_optimizer
@@ -105,7 +106,7 @@ class Trainer:
         """The trainer's part of ``last.pt``; the Checkpointer adds the data position and the RNG states."""
         return {"model": self.raw_model.state_dict(),  # unwrapped and uncompiled
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(), "step": self.step, "config": runfiles.redacted(self.cfg)}
+                "scaler": self.scaler.state_dict(), "step": self.step, "config": redact_config(self.cfg)}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.raw_model.load_state_dict(state["model"])
