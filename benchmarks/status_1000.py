@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import List
 
-from hpctrain.core import events as record
+from hpctrain.core import events
 
 ARRAY_ID = "987650"  # a job id the test cluster never reaches: squeue is asked and knows nothing of it
 PER_ARRAY = 1001  # Slurm's default MaxArraySize: a larger sweep is several arrays
@@ -94,12 +94,12 @@ def build_sweep(source: Path, dest: Path, n: int = 1000) -> Path:
             summary.update(status="running", step=(metrics.get("max_steps") or 2) // 2, updated=now, started=now - 60)
         (dest / name / "metrics.json").write_text(json.dumps(summary))
         run = dest / name  # its record, written with the record's own transitions
-        record.submitted(run)
-        record.started(run, job_id=job_id)
+        events.submitted(run)
+        events.started(run, job_id=job_id)
         if i % 10 == 9:
-            record.failed(run, record_error, rank=0)
+            events.failed(run, record_error, rank=0)
         elif i % 10 != 8:
-            record.completed(run)
+            events.completed(run)
         (folder / f"{job_id}_0_log.out").write_text("submitit INFO - Starting\n" * 20)
         (folder / f"{job_id}_0_log.err").write_text("RuntimeError: synthetic failure\n" if i % 10 == 9 else "")
     (dest / "sweep.json").write_text(json.dumps({

@@ -12,7 +12,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from hpctrain.core import events as record
+from hpctrain.core import events
 from hpctrain.core import summary
 from hpctrain.submit.checks import unread_keys, validate_job
 from hpctrain.schema import register_configs
@@ -21,16 +21,16 @@ log = logging.getLogger("hpctrain")
 register_configs()
 
 
-def objective_value(record: Optional[Dict[str, Any]]) -> float:
+def objective_value(summary_of_run: Optional[Dict[str, Any]]) -> float:
     """The number Hydra's search sweepers (Optuna, Nevergrad, Ax) read: the run's objective, NaN if none."""
-    value = ((record or {}).get("objective") or {}).get("value")
+    value = ((summary_of_run or {}).get("objective") or {}).get("value")
     return float(value) if isinstance(value, (int, float)) else float("nan")
 
 
 def train(cfg: DictConfig) -> float:
     """One run; returns its objective value (metrics.json holds the whole result)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    if record.is_completed(run_dir):
+    if events.is_completed(run_dir):
         done = summary.read(run_dir) or {}
         log.info("%s already completed at step %s: nothing to do", run_dir, done.get("step"))
         return objective_value(done)
@@ -38,7 +38,7 @@ def train(cfg: DictConfig) -> float:
     problems = validate_job(cfg)
     if problems:
         raise ValueError("; ".join(problems))
-    for warning in unread_keys(cfg) if not os.environ.get(record.RECORDED_ENV) else ():  # run mode: said here
+    for warning in unread_keys(cfg) if not os.environ.get(events.RECORDED_ENV) else ():  # run mode: said here
         log.warning(warning)
 
     from hpctrain.job.preemption import PreemptionGuard
@@ -49,14 +49,14 @@ def train(cfg: DictConfig) -> float:
     info, failed = None, True
     try:
         info = init_distributed(cfg.device)  # inside: a GPU job without CUDA is recorded failed too
-        own_record = info.is_main and not os.environ.get(record.RECORDED_ENV)  # run mode: no job wrapper
+        own_record = info.is_main and not os.environ.get(events.RECORDED_ENV)  # run mode: no job wrapper
         if own_record:
-            record.started(run_dir)
+            events.started(run_dir)
         trial = bridge.current()  # the search trial this run is, or None
         trainer = Trainer(cfg, run_dir, info, hooks=[PreemptionGuard(), *([trial] if trial else [])])
         result = trainer.fit()
         if own_record:
-            record.completed(run_dir)
+            events.completed(run_dir)
             summary.write(run_dir)
         objective = result["objective"]
         log.info("run %s: step %d, %s %s", run_dir, result["step"], objective["metric"], objective["value"])
@@ -73,11 +73,11 @@ def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:
     """This rank's error in the run record; the record, not the order of writing, decides that a rank's
     own error wins over the collective fallout the other ranks see. Under hpctrain's launchers the job
     wrapper records it (for any app); in run mode the app does."""
-    if os.environ.get(record.RECORDED_ENV):
+    if os.environ.get(events.RECORDED_ENV):
         return
     from hpctrain.train.trainer import error_tail
 
-    record.failed(run_dir, error_tail(exc), rank=rank)
+    events.failed(run_dir, error_tail(exc), rank=rank)
     summary.write(run_dir)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain.slurm import query as slurm
-from hpctrain.core import events as record
+from hpctrain.core import events
 from hpctrain.review import fmt, jobs, plots
 from hpctrain.review.ranking import default_metric, default_mode, rank, reproduce_command
 from hpctrain.review.runs import RunRecord, collect
@@ -36,7 +36,7 @@ def make_sweep(root: Path, runs: dict, launcher: str = "slurm") -> Path:
                                       "job_id": job_id, "max_steps": 10}
         (root / name).mkdir(exist_ok=True)
         for transition, kwargs in spec.get("record", [("submitted", {})]):
-            getattr(record, transition)(root / name, **kwargs)
+            getattr(events, transition)(root / name, **kwargs)
         if spec.get("metrics") is not None:
             (root / name / "metrics.json").write_text(json.dumps(spec["metrics"]))
         if "err" in spec:
@@ -127,14 +127,14 @@ def test_restarts_and_a_rerun_of_a_failed_run(tmp_path, fake_squeue):
     fake_squeue([])
     snap = collect(load_sweep(sweep))
     assert snap.runs[0].state == "failed" and snap.runs[0].restarts == 1 and snap.runs[0].error == "RuntimeError: old"
-    record.submitted(sweep / "0_lr=0")
+    events.submitted(sweep / "0_lr=0")
     fake_squeue(["100_0|PENDING|Priority"])
     snap = collect(load_sweep(sweep))
     assert snap.runs[0].state == "queued" and snap.runs[0].restarts == 0
     fake_squeue([])  # cancelled by hand before it started
     assert states(sweep) == {0: "cancelled"}
     fake_squeue(["100_0|RUNNING|None"])
-    record.started(sweep / "0_lr=0", job_id="100_0")
+    events.started(sweep / "0_lr=0", job_id="100_0")
     assert states(sweep) == {0: "running"}
 
 
@@ -210,8 +210,8 @@ def test_local_sweep_in_flight_without_manifest(tmp_path, monkeypatch):
         "    submitit_folder: ${hydra.sweep.dir}/.submitit\n"
         "  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper\n    params: null\n"
         "  overrides:\n    task:\n    - lr=1,2\n    - seed=0,1\nmax_steps: 10\n")
-    record.submitted(run)
-    record.started(run, job_id="777")
+    events.submitted(run)
+    events.started(run, job_id="777")
     monkeypatch.setattr(jobs, "pid_alive", lambda pid, needle="submitit": pid == "777")
     loaded = load_sweep(sweep)
     assert not loaded.has_manifest and loaded.launcher == "local" and loaded.swept == ["lr", "seed"]

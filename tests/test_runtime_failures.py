@@ -7,7 +7,7 @@ import time
 import pytest
 
 from cli_helpers import run_hpctrain
-from hpctrain.core import events as record
+from hpctrain.core import events
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 
 
@@ -66,8 +66,8 @@ def test_a_crash_of_rank_1_alone_takes_the_job_down_and_is_retried(tmp_path):
     kinds = record_kinds(run_dir)
     assert kinds[:2] == ["submitted", "started"] and kinds.count("started") == 2, kinds
     assert kinds.count("retrying") == 1 and kinds[-1] == "failed", kinds
-    state = record.read(run_dir)
-    assert state.state is record.State.FAILED and state.retries == 1 and state.failed_rank == 1
+    state = events.read(run_dir)
+    assert state.state is events.State.FAILED and state.retries == 1 and state.failed_rank == 1
     summary = metrics(run_dir)
     assert summary["status"] == "failed" and "RankOneFails: rank 1 is out" in summary["error"]
     assert summary["failed_rank"] == 1 and summary["restarts"] == 1

@@ -215,14 +215,14 @@ def test_local_launcher_packs_runs_into_tasks(tmp_path):
 
 def test_a_retry_attempt_that_dies_before_its_run_starts_ends_failed(tmp_path):
     """Seen in the 1,000-run benchmark: tasks that died before starting their runs left them 'retrying'."""
-    from hpctrain.core import events as record
+    from hpctrain.core import events
     from hpctrain.job.attempt_ended import attempt_ended
 
     run = tmp_path / "run"
-    record.submitted(run)
-    record.started(run, job_id="1_0")
-    record.failed(run, "RuntimeError: first attempt", rank=0)
+    events.submitted(run)
+    events.started(run, job_id="1_0")
+    events.failed(run, "RuntimeError: first attempt", rank=0)
     assert attempt_ended(run, 1, max_retries=1) == 1  # retried once
-    assert record.read(run).state == record.State.RETRYING
+    assert events.read(run).state == events.State.RETRYING
     assert attempt_ended(run, 1, max_retries=1) is None  # the retry died without starting: budget used
-    assert record.read(run).state == record.State.FAILED
+    assert events.read(run).state == events.State.FAILED

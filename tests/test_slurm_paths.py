@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cli_helpers import hpctrain_env, run_hpctrain
-from hpctrain.core import events as record
+from hpctrain.core import events
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 from trainer_helpers import compose, state_close
 
@@ -39,7 +39,7 @@ def test_rerun_submits_only_the_unfinished_runs_and_report_reads_the_sweep(tmp_p
     (array,) = submission["job_ids"]
     assert [metrics(d)["status"] for d in dirs] == ["completed"] * 4
     # array index != run index: task 0 ran run 2, task 1 ran run 3
-    assert [record.read(d).job_id for d in dirs[2:]] == [f"{array}_0", f"{array}_1"]
+    assert [events.read(d).job_id for d in dirs[2:]] == [f"{array}_0", f"{array}_1"]
     assert [record_kinds(d) for d in dirs[:2]] == before  # the completed runs were not touched
 
     report = subprocess.run([sys.executable, "-m", "hpctrain", "report", str(sweep)], cwd=tmp_path,

@@ -32,9 +32,9 @@ def metrics(run_dir: Path) -> dict:
 
 def record_kinds(run_dir: Path) -> List[str]:
     """The run record's transitions, in order (``["submitted", "started", ...]``)."""
-    from hpctrain.core import events as record
+    from hpctrain.core import events
 
-    return [e.kind for e in record.events(run_dir)]
+    return [e.kind for e in events.events(run_dir)]
 
 
 def run_dirs(sweep: Path) -> List[Path]:
