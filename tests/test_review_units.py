@@ -17,7 +17,7 @@ from hpctrain.slurm import query as slurm
 from hpctrain.core import events
 from hpctrain.review import fmt, jobs, plots
 from hpctrain.review.ranking import default_metric, default_mode, rank, reproduce_command
-from hpctrain.review.runs import RunRecord, collect
+from hpctrain.review.runs import RunRow, collect
 from hpctrain.review.sweep import RunSpec, SweepError, expected_runs, find_sweep_dir, load_sweep, parse_overrides, swept_keys
 
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
@@ -260,7 +260,7 @@ def test_swept_keys_and_overrides():
 
 
 def _rec(idx, state, metrics, overrides=None, objective=None):
-    return RunRecord(idx=idx, name=str(idx), values={"lr": str(idx)}, overrides=overrides or [f"lr={idx}"],
+    return RunRow(idx=idx, name=str(idx), values={"lr": str(idx)}, overrides=overrides or [f"lr={idx}"],
                      run_dir=None, job_id=None, state=state, metrics=metrics, objective=objective)
 
 

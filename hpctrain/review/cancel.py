@@ -21,7 +21,7 @@ from hpctrain.core import events, summary
 from hpctrain.core.paths import PACKED_CANCELLED, RunPaths
 from hpctrain.core.state import ACTIVE, State
 from hpctrain.review import fmt, jobs
-from hpctrain.review.runs import RunRecord, Snapshot, collect, packed_job_ids
+from hpctrain.review.runs import RunRow, Snapshot, collect, packed_job_ids
 from hpctrain.review.status import counts_line
 from hpctrain.review.sweep import load_sweep
 from hpctrain.slurm import parse as slurm_parse
@@ -30,7 +30,7 @@ from hpctrain.slurm import query as slurm
 WAIT_S = 20.0
 
 
-def _slurm(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, int]:
+def _slurm(snap: Snapshot, targets: List[RunRow], whole: bool) -> Dict[str, int]:
     """scancel, then wait until the jobs have left the queue; ``{job_id: idx}`` of those cancelled."""
     if whole:  # one id per array cancels every task of it still queued or running
         ids = slurm_parse.array_ids(r.job_id for r in targets)
@@ -55,7 +55,7 @@ def _slurm(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, i
     return {j: i for j, i in left.items() if j not in still}
 
 
-def _local(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, int]:
+def _local(snap: Snapshot, targets: List[RunRow], whole: bool) -> Dict[str, int]:
     """The launcher first (it would start the next pending run), then each running run's processes.
 
     The launcher is found as the parent of a run's controller; the sweep is looked at again until no
@@ -87,7 +87,7 @@ def _local(snap: Snapshot, targets: List[RunRecord], whole: bool) -> Dict[str, i
     return done
 
 
-def _left_to_their_pack(snap: Snapshot, targets: List[RunRecord]) -> List[RunRecord]:
+def _left_to_their_pack(snap: Snapshot, targets: List[RunRow]) -> List[RunRow]:
     """Chosen runs whose task runs other active runs too (``runs_per_task``): cancelling the task would end
     those as well, so the task itself stops these (it reads each running run's record, see pack.py)."""
     packed = packed_job_ids(snap.runs)
@@ -99,7 +99,7 @@ def _left_to_their_pack(snap: Snapshot, targets: List[RunRecord]) -> List[RunRec
     return [r for r in targets if r.job_id in packed and not active.get(r.job_id, set()) <= chosen]
 
 
-def _stopped_by_their_pack(runs: List[RunRecord]) -> set:
+def _stopped_by_their_pack(runs: List[RunRow]) -> set:
     """Indices of the packed runs whose task has stopped them (a line in their own log), or that are not
     running now (queued, requeued, retrying: their task skips a cancelled run when it starts again); waits
     up to WAIT_S for the running ones."""

@@ -29,7 +29,9 @@ LAUNCHER_QUIET_S = 60.0  # a local sweep that wrote nothing for this long, with 
 
 
 @dataclass
-class RunRecord:
+class RunRow:
+    """One row of `status`: what review knows of a run now (its record checked against the queue)."""
+
     idx: int
     name: str
     values: Dict[str, str]  # swept values
@@ -68,7 +70,7 @@ class RunRecord:
 @dataclass
 class Snapshot:
     sweep: Sweep
-    runs: List[RunRecord]
+    runs: List[RunRow]
     warnings: List[str]
     taken: float
 
@@ -78,7 +80,7 @@ class Snapshot:
             out[r.state] += 1
         return {s: n for s, n in out.items() if n}
 
-    def active(self) -> List[RunRecord]:
+    def active(self) -> List[RunRow]:
         return [r for r in self.runs if r.state in ACTIVE]
 
     def objective(self) -> Optional[Dict[str, str]]:
@@ -212,7 +214,7 @@ def packed_job_ids(specs: Iterable[Any]) -> Set[str]:
 
 
 def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, state: State, note: str,
-         now: float, packed: bool = False) -> RunRecord:
+         now: float, packed: bool = False) -> RunRow:
     values = summary.get("metrics") or {}
     loss = values.get("train/loss")
     objective = summary.get("objective")
@@ -222,7 +224,7 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
         told = search_review.objective(summary, metric)
         if told is not None and metric not in values:
             values = {**values, metric: told}
-    row = RunRecord(
+    row = RunRow(
         idx=spec.idx, name=spec.name, values=sweep.values(spec), overrides=spec.overrides,
         run_dir=str(spec.run_dir) if spec.run_dir else None, job_id=spec.job_id or rs.job_id, state=state, note=note,
         step=summary.get("step"), max_steps=summary.get("max_steps") or spec.max_steps,
