@@ -7,6 +7,7 @@ import os
 import socket
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -16,10 +17,11 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from hpctrain.core import events, summary
-from hpctrain.core.state import State
+from hpctrain.core import events
 from hpctrain.core import paths as runfiles
+from hpctrain.core import summary
 from hpctrain.core.redact import redact_config
+from hpctrain.core.state import State
 from hpctrain.train import hparams, preflight
 from hpctrain.train.batches import tokens_per_sample
 from hpctrain.train.build import build_data, build_loss, build_metrics, build_model, build_optimizer
@@ -55,12 +57,25 @@ def lr_lambda(warmup: int, total: int, min_ratio: float):
     return factor
 
 
+@dataclass(frozen=True)
+class Every:
+    """The loop's intervals and limits as plain numbers."""
+
+    log: int
+    eval: int
+    max_steps: int
+    grad_clip: float
+
+
 class Trainer:
     def __init__(self, cfg: DictConfig, run_dir: Path, info: DistInfo, hooks: Sequence[TrainerHook] = ()) -> None:
         self.cfg, self.run_dir, self.info, self.hooks = cfg, Path(run_dir), info, list(hooks)
         self.device = info.device
         allow_tf32(self.device)
         self.grad_accum = cfg.grad_accum
+        # read once: a DictConfig attribute costs microseconds, and the loop asks these every step
+        self.every = Every(log=int(cfg.log_every), eval=int(cfg.eval_every or 0), max_steps=int(cfg.max_steps),
+                           grad_clip=float(cfg.grad_clip))
         self.micro_bs = micro_batch_size(cfg.batch_size, info.world_size, cfg.grad_accum)
         seed_everything(cfg.seed)  # same initial weights on every rank
 
@@ -136,9 +151,9 @@ class Trainer:
             self.scaler.scale(loss).backward()
             loss_sum += loss.detach()  # stays on the device: no sync
         grad_norm = None
-        if self.cfg.grad_clip > 0:
+        if self.every.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.cfg.grad_clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.every.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -148,9 +163,9 @@ class Trainer:
 
     def boundary(self, step: int) -> bool:
         """After ``step`` the loop logs, evaluates, saves or ends: no batch may then be waiting fetched ahead."""
-        cfg = self.cfg
-        return (step % cfg.log_every == 0 or step >= cfg.max_steps or self.checkpointer.due(step)
-                or bool(cfg.eval_every and step % cfg.eval_every == 0))
+        every = self.every
+        return (step % every.log == 0 or step >= every.max_steps or self.checkpointer.due(step)
+                or bool(every.eval and step % every.eval == 0))
 
     def fit(self) -> Dict[str, Any]:
         cfg, started = self.cfg, time.time()
@@ -161,7 +176,8 @@ class Trainer:
             hook.on_start(self.step)
         self.logger.progress(step=self.step)
         loss_acc, interval, last = torch.zeros((), device=self.device), 0, {}
-        while self.step < cfg.max_steps:
+        every = self.every
+        while self.step < every.max_steps:
             # one rank alone acts on a stop request at the next step; several agree on it at log steps
             stop_asked = not self.info.enabled and self._stop_asked()
             pause = stop_asked or self.boundary(self.step + 1)
@@ -171,14 +187,14 @@ class Trainer:
             meter.step()
             if not pause:
                 continue
-            last_step = self.step == cfg.max_steps
-            if self.step % cfg.log_every == 0 or last_step or stop_asked:
+            last_step = self.step == every.max_steps
+            if self.step % every.log == 0 or last_step or stop_asked:
                 last, stop = self._log_step(loss_acc / interval, grad_norm, meter)
                 loss_acc.zero_()
                 interval = 0
                 if stop and not last_step:
                     self._stop()
-            if cfg.eval_every and self.step % cfg.eval_every == 0 and not last_step:
+            if every.eval and self.step % every.eval == 0 and not last_step:
                 with meter.paused():  # not training time: left out of tokens/s and MFU
                     self._eval(last)
                     reason = self._prune_reason(last)
