@@ -46,6 +46,8 @@ class SweepJob:
         """One run, as the plan decided it (:meth:`RunSpec.to_json`): Hydra's output dir is its run dir."""
         spec = RunSpec.from_json(run, Path(self.sweep_dir))
         run_dir = str(spec.run_dir)
+        if record.is_completed(run_dir, self.app):  # done by another job of the sweep: nothing to start
+            return (summary.read(run_dir) or {}).get("metrics")
         env = submitit.JobEnvironment()
         os.environ[record.RECORDED_ENV] = "1"
         if env.global_rank == 0:
