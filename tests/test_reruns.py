@@ -207,3 +207,47 @@ def test_a_failed_submission_leaves_the_sweep_dir_usable(tmp_path):
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert [metrics(d)["status"] for d in run_dirs(sweep)] == ["completed", "completed"]
     assert [metrics(d)["metrics"] for d in run_dirs(sweep)] == [{"loss": 1.0}, {"loss": 2.0}]
+
+
+USER_MODEL = '''
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, in_features: int, num_classes: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(in_features, WIDTH), nn.Tanh(), nn.Linear(WIDTH, num_classes))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+WIDTH = 8
+'''
+
+
+def test_an_edited_user_module_retrains_completed_runs_from_scratch(tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "mymodel.py").write_text(USER_MODEL)
+    for cmd in (["init", "-q"], ["add", "mymodel.py"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "m"]):
+        subprocess.run(["git", *cmd], cwd=project, check=True, capture_output=True)
+    sweep = tmp_path / "sweep"
+    args = ["-m", "+tag=a", "max_steps=20", "log_every=10", "eval_every=0", "ckpt_every=10",
+            "model._target_=mymodel.Net", "hydra/launcher=local", f"hydra.sweep.dir={sweep}"]
+    env = {"PYTHONPATH": str(project)}
+    run_hpctrain(args, cwd=project, env=env, timeout=300)
+    (run_dir,) = run_dirs(sweep)
+    assert metrics(run_dir)["status"] == "completed"
+    same = run_hpctrain(args, cwd=project, env=env, timeout=300)
+    assert f"skip {run_dir.name}: already completed" in same.stdout, same.stdout
+
+    (project / "mymodel.py").write_text(USER_MODEL.replace("WIDTH = 8", "WIDTH = 12"))  # a changed shape
+    edited = run_hpctrain(args, cwd=project, env=env, timeout=300)
+    assert f"rerun {run_dir.name} from scratch" in edited.stdout, edited.stdout + edited.stderr
+    assert record_kinds(run_dir) == ["submitted", "started", "completed", "submitted", "started", "completed"]
+    done = metrics(run_dir)
+    assert done["status"] == "completed" and done["step"] == 20
+    assert any(k.startswith("train/") for k in done["metrics"]), done["metrics"]  # it trained
+    (aside,) = run_dir.glob("checkpoints.before-*")
+    assert (aside / "last.pt").exists() and (run_dir / "checkpoints" / "last.pt").exists()

@@ -168,6 +168,8 @@ class BaseLauncher(Launcher):
     def _submit(self, runs: List[Run], sweep_dir: Path) -> Sequence[JobReturn]:
         assert self.task_function is not None
         app = events.app_fingerprint(self.task_function)
+        if self.code.copy is not None:  # the user's own modules are the same code too
+            app = rerun.fingerprint(app, self.code.copy.files)
         left = rerun.sort(runs, app, sweep_dir, self.in_queue)  # a rerun finishes what is left, once
         todo, done = left.todo, left.completed
         submission = self.describe([r.spec for r in todo], sweep_dir, skipped=[r.spec for r in done])
@@ -195,6 +197,10 @@ class BaseLauncher(Launcher):
         except BaseException:
             self.discard(submission)  # nothing was submitted with them: the number stays free of debris
             raise
+        for run in left.stale:
+            aside = rerun.set_aside(run)
+            print(f"  rerun {run.name} from scratch: completed by other code"
+                  + (f"; its checkpoints kept in {aside}" if aside else ""))
         self.record_submission(sweep_dir, todo)
         task_jobs = self.send(submission, self.job_for(submission, app),
                               lambda ids: self.record_job_ids(sweep_dir, ids))
