@@ -23,7 +23,7 @@ from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from omegaconf import open_dict
 
 from hpctrain._compat.hydra import stored_value
-from hpctrain.core import events as record
+from hpctrain.core import events
 from hpctrain.core import paths as runfiles
 from hpctrain.core import summary
 from hpctrain.core.run import RunSpec
@@ -46,10 +46,12 @@ class SweepJob:
         """One run, as the plan decided it (:meth:`RunSpec.to_json`): Hydra's output dir is its run dir."""
         spec = RunSpec.from_json(run, Path(self.sweep_dir))
         run_dir = str(spec.run_dir)
+        if events.is_completed(run_dir, self.app):  # done by another job of the sweep: nothing to start
+            return (summary.read(run_dir) or {}).get("metrics")
         env = submitit.JobEnvironment()
-        os.environ[record.RECORDED_ENV] = "1"
+        os.environ[events.RECORDED_ENV] = "1"
         if env.global_rank == 0:
-            record.started(run_dir, job_id=env.job_id, host=env.hostname)
+            events.started(run_dir, job_id=env.job_id, host=env.hostname)
         with open(self.payload, "rb") as f:
             hydra_context, task_function, config, singleton_state = cloudpickle.load(f)
         Singleton.set_state(singleton_state)
@@ -77,9 +79,9 @@ class SweepJob:
             return ret
         exc = stored_value(ret)
         if isinstance(exc, submitit.core.utils.UncompletedJobError):  # submitit gave up at the time limit
-            record.timed_out(run_dir, str(exc), rank=env.global_rank)
+            events.timed_out(run_dir, str(exc), rank=env.global_rank)
         else:
-            record.failed(run_dir, _error_tail(exc), rank=env.global_rank, job_id=env.job_id)
+            events.failed(run_dir, _error_tail(exc), rank=env.global_rank, job_id=env.job_id)
         summary.write(run_dir)  # the batch script (or local launcher) writes it again once all ranks ended
         return ret.return_value  # re-raises the task's exception: a non-zero exit ends the step
 
@@ -89,14 +91,14 @@ class SweepJob:
         app wrote its own (hpctrain's trainer does)."""
         done = summary.read(run_dir) or {}
         fields = {} if done.get("metrics") else {"metrics": summary.numbers(value)}
-        record.completed(run_dir, app=app)
+        events.completed(run_dir, app=app)
         summary.write(run_dir, **fields)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2 (rank 0): requeue the same call; the app resumes from its checkpoint."""
         run = args[0] if args else kwargs["run"]
         run_dir = RunSpec.from_json(run, Path(self.sweep_dir)).run_dir
-        if record.requeued(run_dir) is None:  # the record is final (completed, cancelled): never run it again
+        if events.requeued(run_dir) is None:  # the record is final (completed, cancelled): never run it again
             summary.write(run_dir)
             raise SystemExit(0)
         summary.write(run_dir)

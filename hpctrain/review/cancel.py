@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 from rich.markup import escape
 
-from hpctrain.core import events, summary
+from hpctrain.core import events, manifest, summary
 from hpctrain.core.paths import PACKED_CANCELLED, RunPaths
 from hpctrain.core.state import ACTIVE, State
 from hpctrain.review import fmt, jobs
@@ -33,7 +33,7 @@ WAIT_S = 20.0
 def _slurm(snap: Snapshot, targets: List[RunRow], whole: bool) -> Dict[str, int]:
     """scancel, then wait until the jobs have left the queue; ``{job_id: idx}`` of those cancelled."""
     if whole:  # one id per array cancels every task of it still queued or running
-        ids = slurm_parse.array_ids(r.job_id for r in targets)
+        ids = sorted(set(slurm_parse.array_ids(r.job_id for r in targets)) | set(_queued_arrays(snap.sweep.dir)))
     else:
         ids = [r.job_id for r in targets if r.job_id]
     rc, err = slurm.scancel(ids)
@@ -53,6 +53,15 @@ def _slurm(snap: Snapshot, targets: List[RunRow], whole: bool) -> Dict[str, int]
     for job_id in sorted(still):
         print(f"hpctrain cancel: run #{left[job_id]} (job {job_id}) is still in the queue", file=sys.stderr)
     return {j: i for j, i in left.items() if j not in still}
+
+
+def _queued_arrays(sweep_dir: Path) -> List[str]:
+    """The arrays any submission of the sweep queued (sweep.json) that still have tasks in the queue: a run
+    maps to its latest job only, and an earlier array must not be left behind."""
+    m = manifest.read(sweep_dir)
+    ids = sorted({j for s in (m.submissions if m else []) for j in slurm_parse.array_ids(s.job_ids)})
+    queue = slurm.squeue(ids) if ids else {}
+    return sorted({slurm_parse.split_job_id(j)[0] for j in queue or {}} & set(ids))
 
 
 def _local(snap: Snapshot, targets: List[RunRow], whole: bool) -> Dict[str, int]:
@@ -134,6 +143,13 @@ def run(sweep_dir: Path, runs: Optional[List[int]] = None) -> int:
         if runs and r.state not in ACTIVE:
             print(f"run #{r.idx} is {r.state}: nothing to cancel")
     targets = [r for r in chosen if r.state in ACTIVE]
+    if not targets and not runs and snap.sweep.launcher == "slurm":
+        stray = _queued_arrays(sweep_dir)
+        if stray:  # tasks of an earlier submission whose runs a later one did
+            rc, err = slurm.scancel(stray)
+            print(f"no run is queued or running; cancelled job(s) {', '.join(stray)} of an earlier submission"
+                  if rc == 0 else f"hpctrain cancel: scancel {' '.join(stray)}: {err}")
+            return 0 if rc == 0 else 1
     if not targets:
         print(f"nothing to cancel in {sweep_dir}: no run is queued or running")
         return 0

@@ -28,6 +28,11 @@ class CodeStage:
             self.copy = snapshot.plan(options, cwd(), Files.next_in(sweep_dir).code_dir, exclude=[sweep_dir])
         return problems + (self.copy.problems if self.copy else [])
 
+    def place(self, files: Files) -> None:
+        """Copy into ``files``' code dir, unless the copy is already taken (one copy per process)."""
+        if self.copy is not None and not self.copy.taken:
+            self.copy.code_dir = files.code_dir
+
     def lines(self) -> List[str]:
         """The job script's lines that make its Python import the snapshot first."""
         if self.copy is None:

@@ -15,7 +15,8 @@ import shlex
 import sys
 from inspect import signature
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from contextlib import nullcontext
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log
 from hydra.plugins.launcher import Launcher
@@ -25,10 +26,11 @@ from omegaconf import DictConfig, OmegaConf
 from hpctrain.core import events, manifest, redact
 from hpctrain.core import paths as runfiles
 from hpctrain.core.run import RunSpec
-from hpctrain.submit import provenance
+from hpctrain.submit import provenance, rerun
 from hpctrain.submit.code import CodeStage
 from hpctrain.submit.container import check_container, container_command, default_binds
 from hpctrain.submit.errors import LaunchError
+from hpctrain.submit.lock import one_submission
 from hpctrain.submit.plan import Run, constant_keys, exclude_from_names, plan_runs
 from hpctrain.submit.results import Returns
 from hpctrain.submit.submission import Array, Calling, Files, Submission, tasks_of
@@ -122,8 +124,10 @@ class BaseLauncher(Launcher):
         """The submission of ``runs``: tasks, arrays with their scripts, files, resources. Writes nothing."""
         packed = self.runs_per_task() > 1
         calling = calling or (Calling.PACK if packed else Calling.RUN)
+        files = Files.next_in(sweep_dir)
+        self.code.place(files)  # the number is taken now (under the submission lock), not when planned
         submission = Submission(
-            kind=self.kind, sweep_dir=sweep_dir, files=Files.next_in(sweep_dir), python=self.python_command(sweep_dir),
+            kind=self.kind, sweep_dir=sweep_dir, files=files, python=self.python_command(sweep_dir),
             calling=calling, tasks=tasks_of(list(runs), self.runs_per_task() if calling == Calling.PACK else 1),
             resources=self.resources(), skipped=list(skipped),
             executor={"folder": str(self.params.submitit_folder), "max_num_timeout": int(self.params.max_num_timeout)})
@@ -137,7 +141,12 @@ class BaseLauncher(Launcher):
 
         assert self.task_function is not None and self.config is not None
         context = self.take_snapshot(submission)
-        save_payload(submission.files.payload, context, self.task_function, self.config)
+        try:
+            save_payload(submission.files.payload, context, self.task_function, self.config)
+        except Exception as exc:  # cloudpickle fails with TypeError, PicklingError, AttributeError...
+            raise LaunchError(f"nothing submitted: the job cannot be pickled (task function "
+                              f"{getattr(self.task_function, '__qualname__', self.task_function)}, its globals "
+                              f"or the config): {type(exc).__name__}: {exc}") from exc
         runfiles.write_json_atomic(submission.files.runs, submission.runs_json())
 
     # ------------------------------------------------------------------ the flow
@@ -152,17 +161,23 @@ class BaseLauncher(Launcher):
         if problems:
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
+        # from what is left to submit and the submission's number to its job ids recorded (lock.py)
+        with nullcontext() if self.params.dry_run else one_submission(sweep_dir):
+            return self._submit(runs, sweep_dir)
 
+    def _submit(self, runs: List[Run], sweep_dir: Path) -> Sequence[JobReturn]:
+        assert self.task_function is not None
         app = events.app_fingerprint(self.task_function)
-        completed = [events.is_completed(r.run_dir, app) for r in runs]  # a rerun finishes what is left
-        done = [r for r, c in zip(runs, completed) if c]
-        todo = [r for r, c in zip(runs, completed) if not c]
+        if self.code.copy is not None:  # the user's own modules are the same code too
+            app = rerun.fingerprint(app, self.code.copy.files)
+        left = rerun.sort(runs, app, sweep_dir, self.in_queue)  # a rerun finishes what is left, once
+        todo, done = left.todo, left.completed
         submission = self.describe([r.spec for r in todo], sweep_dir, skipped=[r.spec for r in done])
         problems = self.check_queue(len(submission.tasks)) if todo else []
         if problems:
             raise LaunchError(f"nothing submitted: {problems[0]}")
-        for r in done:
-            print(f"  skip {r.name}: already completed")
+        for line in left.lines():
+            print(line)
         returns = self.returns()
         if self.params.dry_run:
             print(submission.render())
@@ -170,17 +185,38 @@ class BaseLauncher(Launcher):
             print("dry run: nothing submitted")
             return [returns.placeholder(r, JobStatus.COMPLETED) for r in runs]
         if not todo:
-            print(f"all {len(runs)} runs of {sweep_dir} already completed: nothing to submit")
+            if len(done) == len(runs):
+                print(f"all {len(runs)} runs of {sweep_dir} already completed: nothing to submit")
+            else:
+                print(f"nothing to submit in {sweep_dir}: {len(done)} run(s) completed, "
+                      f"{len(runs) - len(done)} queued or running")
             return [returns.placeholder(r, JobStatus.COMPLETED) for r in runs]
 
-        self.stage(submission)
+        try:
+            self.stage(submission)
+        except BaseException:
+            self.discard(submission)  # nothing was submitted with them: the number stays free of debris
+            raise
+        for run in left.stale:
+            aside = rerun.set_aside(run)
+            print(f"  rerun {run.name} from scratch: completed by other code"
+                  + (f"; its checkpoints kept in {aside}" if aside else ""))
         self.record_submission(sweep_dir, todo)
         task_jobs = self.send(submission, self.job_for(submission, app),
                               lambda ids: self.record_job_ids(sweep_dir, ids))
         jobs = [j for t, j in zip(submission.tasks, task_jobs) for _ in t]  # one per run: packed runs share
-        if self.record_path is not None:
-            provenance.add_job_ids(self.record_path, [str(j.job_id) for j in jobs])
         return self.finish(todo, jobs, sweep_dir)
+
+    def in_queue(self, job_ids: List[str]) -> Optional[Set[str]]:
+        """Which of ``job_ids`` are still queued or running (None: unknown). Local: the live controllers."""
+        return {j for j in job_ids if _pid_alive(j)}
+
+    def discard(self, submission: Submission) -> None:
+        """Undo a submission that failed before anything was sent: its files, and the copy taken into them."""
+        submission.files.remove()
+        if self.code.copy is not None and submission.files.base in self.code.copy.code_dir.parents:
+            self.code.copy.taken = False
+        self.record_path = None
 
     def _inspect(self) -> Any:
         """The app's own check of each point (``validate_job``), as plan_runs calls it; None for other apps."""
@@ -313,6 +349,8 @@ class BaseLauncher(Launcher):
                 m.runs[idx].job_id = job_id
 
         manifest.update(sweep_dir, add)
+        if self.record_path is not None:
+            provenance.add_job_ids(self.record_path, list(job_ids.values()))
 
 
 def _check_writable(sweep_dir: Path) -> List[str]:
@@ -325,6 +363,25 @@ def _check_writable(sweep_dir: Path) -> List[str]:
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         return [f"hydra.sweep.dir={str(sweep_dir)!r}: cannot be written ({parent} is not a writable directory)"]
     return []
+
+
+def _pid_alive(pid: str) -> bool:
+    """A local run's controller still alive (a zombie is not)."""
+    if not pid.isdigit():
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            alive = f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return alive and b"submitit" in f.read()  # not a reused pid
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(int(pid), 0)
+            return True
+        except (OSError, ValueError):
+            return False
 
 
 def _takes(function: Any, name: str) -> bool:

@@ -6,7 +6,7 @@ from typing import Any, List, Optional
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import DictConfig
 
-from hpctrain.core import events as record
+from hpctrain.core import events
 from hpctrain.core import paths as runfiles
 from hpctrain.core.redact import redact_overrides
 from hpctrain.submit.errors import LaunchError
@@ -36,11 +36,11 @@ class Returns:
         """Rank 0's JobReturn as Hydra's ``run_job`` made it (cfg, hydra_cfg, task_name, working_dir, the
         return value), or the job's exception as a failed JobReturn."""
         if self.packed:  # a packed task returns no JobReturn per run: its record says
-            status = JobStatus.COMPLETED if record.is_completed(run.run_dir) else JobStatus.FAILED
+            status = JobStatus.COMPLETED if events.is_completed(run.run_dir) else JobStatus.FAILED
             ret = self.placeholder(run, status)
             summary = runfiles.read_metrics(run.run_dir) or {}
             ret.return_value = summary.get("metrics") if status == JobStatus.COMPLETED else RuntimeError(
-                str(summary.get("error") or f"run {run.idx} ended {record.state_of(run.run_dir)}"))
+                str(summary.get("error") or f"run {run.idx} ended {events.state_of(run.run_dir)}"))
             return ret
         try:
             ret = job.results()[0]
@@ -88,7 +88,7 @@ def summary_lines(runs: List[Run]) -> List[str]:
         value = metrics.get(name)
         shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
         values = " ".join(redact_overrides(filter_overrides(run.overrides))) or "(defaults)"
-        state = record.state_of(run.run_dir) or "unknown"
+        state = events.state_of(run.run_dir) or "unknown"
         lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name.split('/')[-1]}={shown:<8} "
                      f"tb={run.run_dir / runfiles.TB_DIR}")
     return lines

@@ -24,6 +24,7 @@ from hpctrain.core import manifest
 from hpctrain.core.state import Direction
 from hpctrain.core.run import RunSpec
 from hpctrain.submit.errors import LaunchError
+from hpctrain.submit.lock import one_submission
 from hpctrain.submit.launcher import BaseLauncher, implementation_of
 from hpctrain.submit.plan import Run, make_spec, plan_runs
 from hpctrain.submit.results import print_next_commands
@@ -102,7 +103,8 @@ class SearchSweeper(Sweeper):
         study.set_user_attr("hpctrain", {"metric": metric, "direction": direction, "sampler": settings.sampler,
                                          "pruner": settings.pruner, "n_trials": settings.n_trials,
                                          "params": {p.name: p.text for p in space.params}})
-        return self._submit(launcher, runs, settings, sweep_dir)
+        with one_submission(sweep_dir):  # numbered and recorded one at a time (lock.py)
+            return self._submit(launcher, runs, settings, sweep_dir)
 
     def _submit(self, launcher: BaseLauncher, runs: List[RunSpec], settings: Any, sweep_dir: Path) -> Any:
         from hpctrain.search.worker import SearchWorker

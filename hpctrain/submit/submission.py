@@ -7,6 +7,8 @@ files the job reads (payload, run list) and the resources each task gets. ``dry_
 :meth:`Submission.render`; a real launch hands the same object to the backend's ``send``.
 """
 
+import re
+import shutil
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -35,8 +37,17 @@ class Files:
 
     @classmethod
     def next_in(cls, sweep_dir: Path) -> "Files":
-        n = len(list((sweep_dir / ".hpctrain").glob("submission-*.pkl")))
-        return cls(sweep_dir / ".hpctrain" / f"submission-{n}")
+        """The first number no file of an earlier submission holds, finished or not: a submission that
+        failed half way leaves its number taken, never a half-written code dir in the next one's way."""
+        taken = [int(m.group(1)) for p in (sweep_dir / ".hpctrain").glob("submission-*")
+                 if (m := re.match(r"submission-(\d+)(\.|$)", p.name))]
+        return cls(sweep_dir / ".hpctrain" / f"submission-{max(taken, default=-1) + 1}")
+
+    def remove(self) -> None:
+        """This submission's files, where nothing was submitted with them."""
+        shutil.rmtree(self.base, ignore_errors=True)
+        for path in (self.payload, self.runs):
+            path.unlink(missing_ok=True)
 
     @property
     def payload(self) -> Path:

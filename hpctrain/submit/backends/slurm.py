@@ -11,12 +11,12 @@ array starts once the one before it has ended, so ``array_parallelism`` holds fo
 
 import shlex
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Set
 
 from hydra.core.utils import JobReturn, JobStatus
 
 from hpctrain._compat.submitit import convert_mem, sbatch_script
-from hpctrain.core import events as record
+from hpctrain.core import events
 from hpctrain.submit import arrays, results
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.launcher import BaseLauncher, JobIds, Run
@@ -128,21 +128,44 @@ class SlurmLauncher(BaseLauncher):
         return out
 
     def send(self, submission: Submission, job: Any, job_ids: JobIds) -> List[Any]:
-        """Each array by ``map_array`` with its parameters, each after the one before it."""
+        """Each array by ``map_array`` with its parameters, each after the one before it; each array's job
+        ids recorded as soon as it is queued. An sbatch that fails: one line saying what was queued."""
         import submitit
 
         executor = submitit.SlurmExecutor(python=submission.python, **submission.executor)
         jobs: List[Any] = []
         before = ""
-        for array in submission.arrays:
-            if not array.size:
-                continue
+        arrays_ = [a for a in submission.arrays if a.size]
+        for n, array in enumerate(arrays_):
             executor.update_parameters(**(after(array.parameters, before) if before else array.parameters))
-            part = executor.map_array(job, *submission.args(array.offset, array.offset + array.size))
+            try:
+                part = executor.map_array(job, *submission.args(array.offset, array.offset + array.size))
+            except Exception as exc:  # submitit's FailedJobError holds sbatch's stderr
+                raise LaunchError(self.partial(submission.sweep_dir, n, len(arrays_), jobs, exc)) from None
             jobs += part
+            tasks = submission.tasks[array.offset:array.offset + array.size]
+            job_ids({spec.idx: str(j.job_id) for task, j in zip(tasks, part) for spec in task})
             before = slurm_parse.split_job_id(str(part[0].job_id))[0]
-        job_ids({spec.idx: str(j.job_id) for task, j in zip(submission.tasks, jobs) for spec in task})
         return jobs
+
+    @staticmethod
+    def partial(sweep_dir: Path, queued: int, total: int, jobs: List[Any], exc: BaseException) -> str:
+        """The line of a submission whose ``queued + 1``-th array's sbatch failed."""
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        error = lines[-1] if lines else type(exc).__name__
+        if not queued:
+            return f"nothing submitted: sbatch failed: {error}"
+        ids = slurm_parse.array_ids(str(j.job_id) for j in jobs)
+        return (f"{queued} of {total} arrays queued (job{'s' if len(ids) > 1 else ''} {', '.join(ids)}); array "
+                f"{queued + 1} failed: {error}; python -m hpctrain cancel {sweep_dir}, or run the same command again "
+                f"to submit the rest")
+
+    def in_queue(self, job_ids: List[str]) -> Optional[Set[str]]:
+        """Which of ``job_ids`` Slurm still has queued or running (held ones too); None where squeue failed."""
+        queue = slurm.squeue(job_ids)
+        if queue is None:
+            return None
+        return {j for j in job_ids if slurm_parse.in_queue(queue, j)}
 
     def check_queue(self, n_tasks: int) -> List[str]:
         """Refused up front: a sweep whose tasks would not fit under the association's or QOS's cap on
@@ -186,7 +209,7 @@ class SlurmLauncher(BaseLauncher):
 
         def progress(queue: slurm_parse.QueueState) -> None:
             left = sum(slurm_parse.in_queue(queue, i) for i in ids)
-            done = sum(record.is_completed(r.run_dir) for r in runs)
+            done = sum(events.is_completed(r.run_dir) for r in runs)
             line = f"  {done}/{len(runs)} completed, {left} queued or running"
             if line != last[0]:
                 print(line, flush=True)
