@@ -36,7 +36,7 @@ def test_transitions_lead_to_their_states(tmp_path):
     events.started(run, job_id="7_0")
     rs = events.read(run)
     assert rs.state is State.RUNNING and rs.job_id == "7_0" and rs.starts == 1
-    events.failed(run, "ValueError: boom", rank=0)
+    events.failed(run, "RuntimeError: boom", rank=0)
     assert events.read(run).state is State.FAILED
     assert events.retry_allowed(run, max_retries=1) == 1
     events.retrying(run, 1, 1)

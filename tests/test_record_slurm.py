@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import hpctrain_env, run_hpctrain
+from cli_helpers import hpctrain_env, run_hpctrain
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]

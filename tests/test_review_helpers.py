@@ -1,7 +1,8 @@
 """A model for the review tests' sweeps (no tests here): the jobs import it, with tests/ on PYTHONPATH.
 
 ``LrBoom`` trains like a small MLP, except in the run whose ``lr`` is ``boom_lr``, where its forward
-raises: one sweep then holds runs of different outcomes.
+raises in training (the trainer's check before step 0 runs it in eval mode): one sweep then holds runs of
+different outcomes, the failed one with its TensorBoard folder.
 """
 
 import torch
@@ -21,6 +22,6 @@ class LrBoom(nn.Module):
         self.boom = run_lr() == boom_lr
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.boom:
+        if self.boom and self.training:
             raise RuntimeError("LrBoom: this run fails on purpose")
         return self.body(x)

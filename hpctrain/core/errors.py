@@ -15,6 +15,7 @@ DETERMINISTIC = frozenset({
     "RecursionError", "UnboundLocalError", "LookupError",
     "omegaconf.errors.ConfigKeyError", "omegaconf.errors.ValidationError", "omegaconf.errors.InterpolationResolutionError",
     "ConfigKeyError", "ValidationError", "InterpolationResolutionError", "MissingMandatoryValue",
+    "MetricError", "ModelOutputError",  # hpctrain's own: a metric or a model output that does not fit
     "hydra.errors.InstantiationException", "InstantiationException", "ConfigCompositionException",
 })
 # RuntimeErrors of shapes and sizes (torch raises RuntimeError for them): a bug, not the machine

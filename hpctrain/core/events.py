@@ -95,6 +95,8 @@ def _tags(directory: str, kind: EventKind) -> str:
     if kind is EventKind.STARTED:
         attempt = rs.attempts + 1
         _own_attempt[directory] = (sub, attempt)
+    elif kind is EventKind.FAILED and rs.state is State.RETRYING:
+        attempt = rs.attempts + 1  # the retry's tasks died before its run started: that attempt failed, not the last
     key = slurm_key()
     return f"~s{sub}~a{attempt}" + (f"~k{key}" if key else "")
 

@@ -15,6 +15,7 @@ from torch.utils.data import default_collate
 
 from hpctrain.train import losses
 from hpctrain.train.batches import to_device
+from hpctrain.train.evaluation import MetricError, batch_value
 from hpctrain.train.forward import Forward
 from hpctrain.train.outputs import logits_of
 
@@ -51,11 +52,12 @@ def check(cfg: DictConfig, model: nn.Module, forward: Forward, train_set: Any,
                          f"shape {tuple(targets.shape)}: a regression model needs one output per target value")
     for name, fn in metric_fns.items():
         try:
-            fn(preds, targets)
-        except Exception as exc:  # noqa: BLE001 - any metric that cannot run on this data fails here, not mid-run
-            hint = "; a regression has no accuracy: drop it with ~metrics.accuracy" if name == "accuracy" else ""
-            raise ValueError(f"metrics.{name} cannot score this model's outputs against {data_key}'s targets "
-                             f"({type(exc).__name__}: {exc}){hint}") from None
+            batch_value(name, fn, preds, targets)  # a metric that cannot score this data fails here, not mid-run
+        except MetricError as exc:
+            if name != "accuracy" or not targets.is_floating_point():
+                raise
+            raise MetricError(f"{exc}; a regression ({data_key}: float targets) has no accuracy: drop it with "
+                              f"~metrics.accuracy") from None
 
 
 def _now(node: Optional[DictConfig], key: str) -> str:
