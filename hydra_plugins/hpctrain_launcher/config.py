@@ -27,13 +27,10 @@ SEARCH_SWEEPER = {
     "params": None,
 }
 
-LOCAL_LAUNCHER = {
-    "_target_": "hydra_plugins.hpctrain_launcher.plugins.LocalLauncher",
+_LAUNCHER = {  # both launchers' keys (hpctrain.submit.settings.BaseLauncherConf)
     "submitit_folder": "${hydra.sweep.dir}/.submitit",
     "dry_run": False,
     "max_retries": 1,
-    "timeout_min": 1440,
-    "signal_delay_s": 30,
     "max_num_timeout": 3,
     "tasks_per_node": None,
     "gpus_per_node": None,
@@ -44,26 +41,21 @@ LOCAL_LAUNCHER = {
     "gpu_memory_fraction": None,
     "container": {"image": None, "runtime": "apptainer", "binds": [], "args": [], "python": "python"},
     "snapshot": {"enabled": True, "paths": [], "max_mb": 50},
+}
+
+LOCAL_LAUNCHER = {
+    **_LAUNCHER,
+    "_target_": "hydra_plugins.hpctrain_launcher.plugins.LocalLauncher",
+    "timeout_min": 1440,
+    "signal_delay_s": 30,
     "max_parallel": None,
 }
 
 SLURM_LAUNCHER = {
+    **_LAUNCHER,
     "_target_": "hydra_plugins.hpctrain_launcher.plugins.SlurmLauncher",
-    "submitit_folder": "${hydra.sweep.dir}/.submitit",
-    "dry_run": False,
-    "max_retries": 1,
     "timeout_min": 60,
     "signal_delay_s": 90,
-    "max_num_timeout": 3,
-    "tasks_per_node": None,
-    "gpus_per_node": None,
-    "setup": [],
-    "env": {},
-    "python": None,
-    "runs_per_task": 1,
-    "gpu_memory_fraction": None,
-    "container": {"image": None, "runtime": "apptainer", "binds": [], "args": [], "python": "python"},
-    "snapshot": {"enabled": True, "paths": [], "max_mb": 50},
     "wait": False,
     "partition": None,
     "account": None,

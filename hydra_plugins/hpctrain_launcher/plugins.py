@@ -6,7 +6,7 @@ for the launcher or sweeper a config selects.
 """
 
 import importlib
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 from hydra.errors import CompactHydraException
 from hydra.plugins.launcher import Launcher
@@ -38,17 +38,24 @@ def _typed(schema: str, params: Dict[str, Any], group: str) -> Dict[str, Any]:
     return typed
 
 
-class _LauncherShell(Launcher):
+class _Shell:
+    """The settings Hydra passes, kept until ``setup()`` builds the implementation from them, typed."""
+
     implementation = ""
     schema = ""  # its dataclass in hpctrain.submit.settings
+    group = ""
 
     def __init__(self, **params: Any) -> None:
         self.params = params
-        self.impl: Optional[Launcher] = None  # hpctrain.submit.launcher.BaseLauncher, built in setup()
+        self.impl: Any = None  # hpctrain.submit's launcher or sweeper, built in setup()
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
-        self.impl = _load(self.implementation)(**_typed(self.schema, self.params, "hydra.launcher"))
+        self.impl = _load(self.implementation)(**_typed(self.schema, self.params, self.group))
         self.impl.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+
+
+class _LauncherShell(_Shell, Launcher):
+    group = "hydra.launcher"
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
         assert self.impl is not None, "setup() first"
@@ -65,17 +72,8 @@ class SlurmLauncher(_LauncherShell):
     schema = "hpctrain.submit.settings.SlurmLauncherConf"
 
 
-class _SweeperShell(Sweeper):
-    implementation = ""
-    schema = ""  # its dataclass in hpctrain.submit.settings
-
-    def __init__(self, **params: Any) -> None:
-        self.params = params
-        self.impl: Optional[Sweeper] = None
-
-    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
-        self.impl = _load(self.implementation)(**_typed(self.schema, self.params, "hydra.sweeper"))
-        self.impl.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+class _SweeperShell(_Shell, Sweeper):
+    group = "hydra.sweeper"
 
     def sweep(self, arguments: List[str]) -> Any:
         assert self.impl is not None, "setup() first"
