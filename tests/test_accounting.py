@@ -82,7 +82,7 @@ def test_cancelled_before_start_and_manual_scancel_while_running(tmp_path):
     try:
         (script,) = [p.read_text() for p in (held / ".submitit").glob("*_submission.sh")]
         assert "#SBATCH --hold" in script  # additional_parameters reach the script
-        assert [r["state"] for r in status(held, tmp_path)] == ["queued"]
+        assert [r["state"] for r in status(held, tmp_path)] == ["held"]  # a user hold: held, with its release
         subprocess.run(["scancel", held_job], check=True)
         wait_for(lambda: not queued(held_job), 60, "the held job to leave the queue")
         wait_for(lambda: sacct_state(f"{held_job}_0") == "CANCELLED" or sacct_state(held_job) == "CANCELLED", 60,

@@ -158,7 +158,7 @@ def test_an_sbatch_that_fails_on_the_second_array_keeps_the_first_recorded(tmp_p
         assert f"python -m hpctrain cancel {sweep}" in proc.stderr
         assert [m["runs"][i]["job_id"] for i in "012"] == [f"{first}_0", f"{first}_1", None]
         assert len(queue_tasks([first])) == 2
-        assert [states(sweep)[i] for i in (0, 1)] == ["queued", "queued"]
+        assert [states(sweep)[i] for i in (0, 1)] == ["held", "held"]  # queued with a user hold
 
         rest = run_hpctrain(sweep_args(sweep, "1,2,3", HOLD), cwd=tmp_path, timeout=120)  # sbatch works again
         assert "2 run(s) left alone, still queued or running" in rest.stdout, rest.stdout

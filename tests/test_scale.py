@@ -84,7 +84,7 @@ def test_sweep_past_max_array_size_is_several_arrays_one_sweep(tmp_path):
         status = run_hpctrain(["status", str(sweep), "--json"], cwd=tmp_path, timeout=120, check=False)
         rows = json.loads(status.stdout)
         rows = rows["runs"] if isinstance(rows, dict) else rows
-        assert len(rows) == n and {r["state"] for r in rows} == {"queued"}
+        assert len(rows) == n and {r["state"] for r in rows} == {"held"}  # submitted with hold=true
         run_hpctrain(["cancel", str(sweep)], cwd=tmp_path, timeout=120)
         assert _squeue_tasks(ids) == []
     finally:
