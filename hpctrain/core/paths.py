@@ -1,14 +1,13 @@
 """Every file name of a run dir, a sweep dir and a submission, as submitit's ``JobPaths``: ``RunPaths``,
-``SweepPaths``, ``SubmissionPaths``. Nothing else spells these names.
+``SweepPaths`` (a submission's own files: ``hpctrain.submit.submission.Files``). Nothing else spells these names.
 
 Shared by both wings (trainer and login-node commands): no torch here.
 """
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 # the writers' own module; these names stay importable from here for call sites not moved yet
 from hpctrain.core.atomic import read_json, write_bytes_atomic, write_json_atomic, write_text_atomic  # noqa: F401
@@ -91,36 +90,6 @@ class RunPaths:
 
 
 @dataclass(frozen=True)
-class SubmissionPaths:
-    """The files of one submission: ``<sweep>/.hpctrain/submission-N`` (.pkl, .runs.json, N/record.json, N/code)."""
-
-    sweep_dir: Path
-    number: int
-
-    @property
-    def base(self) -> Path:
-        return self.sweep_dir / HPCTRAIN_DIR / f"submission-{self.number}"
-
-    @property
-    def payload(self) -> Path:
-        return self.base.with_suffix(".pkl")
-
-    @property
-    def runs_json(self) -> Path:
-        """Per task: its run dir, or a packed task's list of run dirs (read after each attempt)."""
-        return self.base.with_suffix(".runs.json")
-
-    @property
-    def record(self) -> Path:
-        """What ran (hpctrain.submit.provenance)."""
-        return self.base / "record.json"
-
-    @property
-    def code(self) -> Path:
-        return self.base / "code"
-
-
-@dataclass(frozen=True)
 class SweepPaths:
     """The files of a sweep dir."""
 
@@ -149,21 +118,6 @@ class SweepPaths:
     @property
     def hpctrain(self) -> Path:
         return self.root / HPCTRAIN_DIR
-
-    def submission(self, number: int) -> SubmissionPaths:
-        return SubmissionPaths(self.root, number)
-
-    def submissions(self) -> List[SubmissionPaths]:
-        """The submissions made so far, by their payloads, in order."""
-        found = []
-        for path in self.hpctrain.glob("submission-*.pkl"):
-            m = re.fullmatch(r"submission-(\d+)\.pkl", path.name)
-            if m:
-                found.append(int(m.group(1)))
-        return [self.submission(n) for n in sorted(found)]
-
-    def next_submission(self) -> SubmissionPaths:
-        return self.submission(len(list(self.hpctrain.glob("submission-*.pkl"))))
 
     @property
     def study_journal(self) -> Path:
