@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from hpctrain.core.state import ACTIVE, Direction, State
 from hpctrain.review import cost as costs
+from hpctrain.review.ranking import typed_value
 from hpctrain.review.sweep import SweepError, find_sweep_dir
 
 PathLike = Union[str, Path]
@@ -130,15 +131,6 @@ def _row(r: Run) -> Dict[str, Any]:
     return row
 
 
-def _typed(value: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
-
-
 def load(path: Optional[PathLike] = None) -> Sweep:
     """The sweep in ``path`` (default: the newest under ./multirun). Raises only when there is no sweep there."""
     from hpctrain.review.runs import collect
@@ -157,7 +149,7 @@ def load(path: Optional[PathLike] = None) -> Sweep:
     for r in snap.runs:
         value = r.metrics.get(metric) if metric else None
         runs.append(Run(
-            index=r.idx, name=r.name, params={k: _typed(v) for k, v in r.values.items()}, state=r.state,
+            index=r.idx, name=r.name, params={k: typed_value(v) for k, v in r.values.items()}, state=r.state,
             objective=float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None,
             metrics=dict(r.metrics), step=r.step, max_steps=r.max_steps, restarts=r.restarts,
             cost=cost_of.get(r.idx), utilisation=dict(r.sys), run_dir=Path(r.run_dir) if r.run_dir else None,

@@ -121,7 +121,8 @@ def _launch_cwd(run_dir: Optional[str]) -> Optional[str]:
         return None
 
 
-def _typed(value: str) -> Any:
+def typed_value(value: str) -> Any:
+    """A swept value as the number it reads as (``"1e-3"`` -> 0.001), else the text."""
     for cast in (int, float):
         try:
             return cast(value)
@@ -143,7 +144,7 @@ def result_rows(ranking: Ranking, swept: List[str]) -> List[Dict[str, Any]]:
         r = x.record
         row: Dict[str, Any] = {"rank": x.rank, "idx": r.idx, "name": r.name, "state": r.state,
                                "best": ranking.best is x, ranking.metric: x.value}
-        row.update({k: _typed(r.values[k]) if k in r.values else None for k in swept})
+        row.update({k: typed_value(r.values[k]) if k in r.values else None for k in swept})
         row.update({k: r.metrics.get(k) for k in metric_keys if k != ranking.metric})
         row.update(step=r.step, max_steps=r.max_steps, elapsed_s=r.elapsed_s, restarts=r.restarts, job_id=r.job_id,
                    run_dir=r.run_dir, log=r.log, overrides=" ".join(r.overrides),
@@ -175,7 +176,7 @@ def write_json(path: Path, ranking: Ranking, sweep_dir: Path, counts: Dict[State
                                            "note": ranking.best_note or None},
         "plots": [p.name for p in plots],
         "runs": [{**x.record.to_dict(), "rank": x.rank, "value": x.value,
-                  "params": {k: _typed(v) for k, v in x.record.values.items()}} for x in ranking.runs],
+                  "params": {k: typed_value(v) for k, v in x.record.values.items()}} for x in ranking.runs],
     })
 
 
