@@ -17,7 +17,7 @@ from slurm_helpers import cancel, job_id, metrics, queued, wait_for
 
 TINY = ["max_steps=20", "eval_every=5", "log_every=5", "ckpt_every=5", "data.train_size=1024",
         "data.val_size=128", "model.hidden=16"]
-LONG = ["max_steps=1000", "eval_every=100", "log_every=10", "ckpt_every=50", "data.train_size=1024",
+LONG = ["max_steps=4000", "eval_every=100", "log_every=10", "ckpt_every=50", "data.train_size=1024",
         "data.val_size=128", "model.hidden=16"]
 
 
@@ -226,7 +226,7 @@ def test_preempted_worker_resumes_its_own_trial_and_the_study_ends_at_twelve(tmp
         assert [s["job_id"] for s in starts] == [owner, owner]  # the same worker took its own trial back
         assert starts[1]["how"] == "resumed"
         assert "resumed from" in (run_dir / "hpctrain.log").read_text()
-        assert metrics(run_dir)["step"] == 1000
+        assert metrics(run_dir)["step"] == 4000
     finally:
         cancel(job)
 
@@ -253,7 +253,7 @@ def test_sigkilled_worker_then_the_same_command_again_ends_at_exactly_n_trials(t
         # taken over by another worker of the first array or of the second command
         assert starts[-1]["job_id"] != owner and starts[-1]["how"] == "adopted", starts
         if killed.state.name == "COMPLETE":  # resumed (from its checkpoint, if it had one) by another worker
-            assert metrics(run_dir)["step"] == 1000 and metrics(run_dir)["status"] == "completed"
+            assert metrics(run_dir)["step"] == 4000 and metrics(run_dir)["status"] == "completed"
         else:
             assert killed.state.name == "FAIL"
     finally:

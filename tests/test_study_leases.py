@@ -271,6 +271,21 @@ def test_a_requeued_worker_in_the_queue_keeps_its_stalled_trial(tmp_path, world)
     assert again.gen == held.gen + 1 and not a.leases.holds(held)  # the old incarnation is fenced off
 
 
+def test_the_last_free_worker_asks_about_a_fresh_heartbeat_before_it_leaves(tmp_path, world):
+    """A killed job's heartbeat stays fresh for a few seconds: a worker that would end the study asks the
+    queue about such an owner, and takes its trial when the job is gone (a worker whose job is queued
+    keeps it)."""
+    s = make_settings(n_trials=1)
+    a, b, c = (_worker(world, tmp_path, s, f"12_{i}") for i in range(3))
+    held = a.leases.next_trial(a.study)
+    a.leases.beat(held)
+    assert b.leases.next_trial(b.study) is studies.Next.DONE  # a beats and is queued: it finishes its trial
+    world.queued.discard("12_0")  # SIGKILLed a second ago: its heartbeat is still fresh
+    got = c.leases.next_trial(c.study)
+    assert isinstance(got, studies.Assignment) and (got.how, got.number) == ("adopted", held.number)
+    assert not a.leases.holds(held)
+
+
 def test_a_released_trial_is_resumed_at_once_and_not_failed(tmp_path, world):
     s = make_settings(n_trials=1)
     a, b = _worker(world, tmp_path, s, "9_0"), _worker(world, tmp_path, s, "9_1")

@@ -340,6 +340,7 @@ class Seen:
 
     gen: int
     state: Owner
+    beating: bool = False  # its heartbeat was fresh: ALIVE by that alone, or GONE although fresh (asked anyway)
 
 
 class Leases:
@@ -361,22 +362,25 @@ class Leases:
     def _age(self, number: int, lease: Dict[str, Any]) -> float:
         return heartbeat_age(self.sweep_dir, number, str(lease["owner"]), self.clock())
 
-    def look(self, study: optuna.Study) -> Dict[int, Seen]:
+    def look(self, study: optuna.Study, confirm: bool = False) -> Dict[int, Seen]:
         """The state of the owner of every running trial that is not this worker's; slow calls (one
-        squeue for all the jobs, process checks) are made here, under no lock."""
+        squeue for all the jobs, process checks) are made here, under no lock. ``confirm``: ask the queue
+        about beating Slurm owners too (a killed job's heartbeat stays fresh for a few seconds)."""
         running = [t.number for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
         leases = read_leases(self.sweep_dir)
         seen: Dict[int, Seen] = {}
         ask: Dict[int, str] = {}
+        beating: Dict[int, bool] = {}
         for number in running:
             lease = leases.get(number)
             if lease is None or lease.get("owner") == self.me:
                 continue
-            state = self._without_queue(number, lease)
+            beating[number] = self._age(number, lease) < self._window()
+            state = self._without_queue(number, lease, confirm)
             if state is None:
                 ask[number] = str(lease["slurm_job_id"])
             else:
-                seen[number] = Seen(int(lease["gen"]), state)
+                seen[number] = Seen(int(lease["gen"]), state, beating[number])
         if ask:
             in_queue = self.queue(sorted(set(ask.values())))
             for number, job in ask.items():
@@ -387,10 +391,10 @@ class Leases:
                 else:
                     self.gone_jobs.add(job)
                     state = Owner.GONE
-                seen[number] = Seen(int(leases[number]["gen"]), state)
+                seen[number] = Seen(int(leases[number]["gen"]), state, beating[number])
         return seen
 
-    def _without_queue(self, number: int, lease: Dict[str, Any]) -> Optional[Owner]:
+    def _without_queue(self, number: int, lease: Dict[str, Any], confirm: bool = False) -> Optional[Owner]:
         """The owner's state when the queue need not be asked; None: ask it."""
         if lease.get("released"):
             return Owner.GONE  # let go at a time limit: resumable at once, no adoption counted
@@ -399,7 +403,7 @@ class Leases:
         if local and self.process(int(lease["pid"])) == Owner.GONE:
             return Owner.GONE  # a dead process beats no more: no need to wait for its heartbeat to age
         age = self._age(number, lease)
-        if age < self._window():
+        if age < self._window() and not (confirm and job):
             return Owner.ALIVE  # beating: alive, whatever the queue says
         if job:
             return Owner.GONE if str(job) in self.gone_jobs else None
@@ -415,6 +419,12 @@ class Leases:
         seen = self.look(study)
         with trials_lock(self.sweep_dir):
             got = self.decide(study, seen)
+        if got is Next.DONE and any(f.beating and f.state == Owner.ALIVE for f in seen.values()):
+            # before the last free worker leaves, owners thought alive by their heartbeat alone are
+            # asked about: one squeue at the end of the study, none per trial
+            seen = self.look(study, confirm=True)
+            with trials_lock(self.sweep_dir):
+                got = self.decide(study, seen)
         if isinstance(got, Assignment):
             self._fill_params(study, got)
         return got
@@ -449,8 +459,8 @@ class Leases:
                     continue
                 if fact.state == Owner.ALIVE:
                     continue
-                dead = fact.state == Owner.GONE and not lease.get("slurm_job_id") \
-                    and lease.get("host") == socket.gethostname()
+                dead = fact.state == Owner.GONE and (fact.beating or not lease.get("slurm_job_id")
+                                                     and lease.get("host") == socket.gethostname())
                 if not dead and self._age(t.number, lease) < self._window():
                     continue  # it beat since we looked (a requeued job, running again)
             released = bool(lease.get("released"))
