@@ -5,7 +5,9 @@ The Slurm tests run on the real test cluster (slurm/test-cluster.sh); nothing is
 
 import json
 import os
+import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import List
@@ -169,7 +171,12 @@ def test_local_study_runs_max_parallel_workers_and_reports(tmp_path):
     assert sorted(r["idx"] for r in status["runs"]) == [0, 1, 2, 3]
     report = run_hpctrain(["report", str(sweep)], cwd=tmp_path).stdout
     best = min((t for t in found if t.state.name == "COMPLETE"), key=lambda t: t.value)
-    assert f"best: #{best.number} lr=" in report and "reproduce: python -m hpctrain" in report
+    assert f"best: #{best.number} lr=" in report
+    # the trial reruns the code the workers ran: the snapshot first on PYTHONPATH, the interpreter, the commit
+    code = sweep / ".hpctrain" / "submission-0" / "code"
+    (line,) = [line for line in report.splitlines() if line.startswith("reproduce: ")]
+    assert line.startswith(f"reproduce: PYTHONPATH={tmp_path}:{code}") and f" {sys.executable} -m hpctrain " in line
+    assert f"code: snapshot of that code: {code}" in report and re.search(r"^code: \S+ at commit [0-9a-f]{12}", report, re.M)
     assert (sweep / "optimisation_history.png").stat().st_size > 0
     assert (sweep / "metric_vs_lr.png").stat().st_size > 0
     # the same command again: the study already has its trials, nothing runs

@@ -94,7 +94,8 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     command = reproduce_command(ranking.best.record, manifest.app if manifest else None) if ranking.best else None
     code: List[str] = []  # the commit(s) the best run's code came from; its command reruns that code
     if ranking.best and command:
-        command, code = provenance.for_report(sweep_dir, ranking.best.record.idx, command)
+        best_dir = Path(ranking.best.record.run_dir) if ranking.best.record.run_dir else None
+        command, code = provenance.for_report(sweep_dir, ranking.best.record.idx, command, best_dir)
 
     con.print(f"[bold]sweep[/] {escape(str(sweep_dir))}  ranked by [bold]{escape(metric)}[/] ({ranking.mode}"
               f"{', the objective' if is_objective else ''})",
