@@ -10,16 +10,20 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from hydra.core.utils import filter_overrides
 
-from hpctrain.core import events, summary
+from hpctrain.core import events, manifest, summary
 from hpctrain.core.redact import redact_overrides
 from hpctrain.core.state import FAILURES, FINAL, State
 
 MAX_SHOWN = 20  # running runs drawn in the block; more are counted on one line
 QUIET = (State.QUEUED, State.HELD)  # waiting is not an event
+
+
+# a search's trials as the sweep lists them: their specs, their labels (params) by idx, how many to come
+Found = Tuple[Sequence[Any], Dict[int, str], Optional[int]]
 
 
 @dataclass
@@ -52,11 +56,28 @@ def objective_text(metrics_json: Dict[str, Any]) -> str:
     """``val/loss=0.4132``: the run's objective (else the first metric a foreign app returned); "" without."""
     metrics = metrics_json.get("metrics") or {}
     told = metrics_json.get("objective") if isinstance(metrics_json.get("objective"), dict) else {}
+    if isinstance(told.get("value"), (int, float)) and not isinstance(told.get("value"), bool):
+        return f"{told.get('metric') or 'value'}={told['value']:.4g}"  # what a search's worker told the study
     name = told.get("metric") if told.get("metric") in metrics else next(iter(metrics), None)
     value = metrics.get(name) if name else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return ""
     return f"{name}={value:.4g}"
+
+
+def trials_of(sweep_dir: Any) -> Found:
+    """A search's trials from sweep.json: each labelled by its parameters (``lr=0.01398``), and n_trials."""
+    found = manifest.read(sweep_dir)
+    if found is None:
+        return [], {}, None
+    labels = {idx: " ".join(f"{k}={_short(v)}" for k, v in (entry.extra.get("params") or {}).items())
+              for idx, entry in found.runs.items()}
+    total = (found.search or {}).get("n_trials")
+    return [e.spec for e in found.runs.values()], labels, total if isinstance(total, int) else None
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _key(override: str) -> str:
@@ -78,9 +99,12 @@ class Progress:
     recorded may still be retried (it shows running until the job ends)."""
 
     def __init__(self, runs: Sequence[Any], stream: Optional[TextIO] = None, interval_s: float = 1.0,
-                 alive: Callable[[int], bool] = lambda idx: False, clock: Callable[[], float] = time.monotonic) -> None:
+                 alive: Callable[[int], bool] = lambda idx: False, clock: Callable[[], float] = time.monotonic,
+                 discover: Optional[Callable[[], Found]] = None) -> None:
         self.runs = list(runs)
         self.labels = dict(zip((r.idx for r in self.runs), swept_labels([r.overrides for r in self.runs])))
+        self.discover = discover
+        self.total: Optional[int] = None  # the runs to come where they are discovered (a search's n_trials)
         self.stream = stream or sys.stdout
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.interval_s = max(interval_s, len(self.runs) / 2000)  # 10,000 records read: every 5 s
@@ -90,6 +114,21 @@ class Progress:
         self.last_read = -math.inf
         self.seen: Dict[int, Seen] = {r.idx: Seen(max_steps=r.max_steps) for r in self.runs}
         self.drawn = 0  # lines of the block now on the terminal
+        self.shown: List[str] = []  # and what they say
+        if discover is not None:  # what is there already (a study resumed) is the baseline, not an event
+            self._discover()
+            for run in self.runs:
+                self.seen[run.idx] = self._read(run)
+
+    def _discover(self) -> None:
+        """Add the runs that appeared since the last read (a search's trials, as its workers start them)."""
+        assert self.discover is not None
+        specs, labels, self.total = self.discover()
+        for spec in specs:
+            if spec.idx not in self.seen:
+                self.runs.append(spec)
+                self.seen[spec.idx] = Seen(max_steps=spec.max_steps)
+            self.labels[spec.idx] = labels.get(spec.idx) or self.labels.get(spec.idx) or spec.name
 
     # ------------------------------------------------------------------ reading
     def _read(self, run: Any) -> Seen:
@@ -120,7 +159,7 @@ class Progress:
                 share += 1
             elif s.state in (State.RUNNING, State.REQUEUED) and s.step and s.max_steps:
                 share += min(1.0, s.step / s.max_steps)
-        share /= max(1, len(self.seen))
+        share /= max(1, self.total or 0, len(self.seen))
         elapsed = self.clock() - self.started
         if share <= 0 or share >= 1 or elapsed <= 0:
             return None
@@ -130,7 +169,7 @@ class Progress:
     def counts_text(self) -> str:
         c = self.counts()
         eta = self.eta_s()
-        return (f"{c['done']}/{len(self.runs)} done, {c['running']} running, {c['failed']} failed"
+        return (f"{c['done']}/{max(self.total or 0, len(self.runs))} done, {c['running']} running, {c['failed']} failed"
                 + (f", ETA {duration(eta)}" if eta is not None else ""))
 
     def event_line(self, idx: int, s: Seen) -> str:
@@ -168,6 +207,8 @@ class Progress:
         if not force and now - self.last_read < self.interval_s:
             return
         self.last_read = now
+        if self.discover is not None:
+            self._discover()
         changed: List[int] = []
         for run in self.runs:
             new = self._read(run)
@@ -190,6 +231,9 @@ class Progress:
             self._redraw([], [])
 
     def _redraw(self, kept: List[str], block: List[str]) -> None:
+        if not kept and block == self.shown and block:
+            return  # nothing new: no flicker
+        self.shown = block
         width = shutil.get_terminal_size((100, 24)).columns
         out = f"\x1b[{self.drawn}F\x1b[J" if self.drawn else ""  # back to the block's first line, cleared
         out += "".join(line + "\n" for line in kept)

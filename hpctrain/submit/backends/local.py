@@ -19,8 +19,8 @@ from hpctrain.core.run import RunSpec
 from hpctrain.submit import results
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.launcher import BaseLauncher, JobIds, Run
-from hpctrain.submit.progress import Progress
-from hpctrain.submit.submission import Array, Submission
+from hpctrain.submit.progress import Progress, trials_of
+from hpctrain.submit.submission import Array, Calling, Submission
 
 
 def visible_gpus(env: Optional[Mapping[str, str]] = None) -> List[int]:
@@ -110,7 +110,10 @@ class LocalLauncher(BaseLauncher):
         args = submission.args()
         pending, running, jobs = list(range(len(tasks))), {}, {}
         task_of = {run.idx: t for t, task in enumerate(tasks) for run in task}
-        progress = Progress(submission.runs, alive=lambda idx: task_of[idx] in running)
+        if submission.calling is Calling.POSITIONAL:  # a search's workers: the display follows their trials
+            progress = Progress([], discover=lambda: trials_of(submission.sweep_dir))
+        else:
+            progress = Progress(submission.runs, alive=lambda idx: task_of[idx] in running)
         while pending or running:
             while pending and free:
                 t, gpus = pending.pop(0), free.pop(0)
