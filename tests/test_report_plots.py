@@ -143,3 +143,20 @@ def test_report_by_another_metric_writes_beside_the_default_and_the_colours_stay
     # the default metric named explicitly is the default report: no second set of files
     assert report.run(sweep, metric="val/accuracy") == 0
     assert not list(sweep.glob("*-by-val_accuracy*"))
+
+
+def test_a_search_history_marks_pruned_trials_in_their_runs_colours(tmp_path, drawn):
+    from hpctrain.core.state import Direction, State
+    from hpctrain.review import search as search_review
+
+    points = [(0, 0.9, State.COMPLETED), (1, 0.5, State.COMPLETED), (2, 3.0, State.PRUNED), (3, 0.7, State.COMPLETED)]
+    search_review.history_plot(points, "val/loss", Direction.MIN, tmp_path / "optimisation_history.png")
+    ax = drawn["optimisation_history.png"].axes[0]
+    trials, stopped = ax.collections
+    assert trials.get_offsets().tolist() == [[0, 0.9], [1, 0.5], [3, 0.7]]
+    assert [tuple(c) for c in trials.get_facecolor()] == [to_rgba(plots.run_colour(i)) for i in (0, 1, 3)]
+    assert stopped.get_offsets().tolist() == [[2, 3.0]]
+    assert len(stopped.get_facecolor()) == 0 or stopped.get_facecolor()[0][3] == 0  # hollow
+    assert tuple(stopped.get_edgecolor()[0]) == to_rgba(plots.run_colour(2))
+    (best,) = ax.get_lines()  # the best so far, pruned trials left out
+    assert list(best.get_ydata()) == [0.9, 0.5, 0.5]
