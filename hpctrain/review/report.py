@@ -144,7 +144,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
                   soft_wrap=True)
 
     try:
-        suffix = _suffix(metric, ranking.mode, usual, usual_mode)
+        suffix = _suffix(metric, ranking.mode, usual, usual_mode) if usual in have else ""  # no default report: the only one
         images = _plots(ranking, curves, swept, sweep_dir, suffix)
         if snap.sweep.search is not None:  # each trial's objective and the best so far
             points = [(x.record.idx, x.value, x.record.state) for x in ranking.runs if x.value is not None]
