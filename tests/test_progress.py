@@ -142,3 +142,19 @@ def test_the_terminal_block_lists_running_runs_with_their_steps(tmp_path):
                     "hpctrain: 1/3 done, 1 running, 0 failed", "  #1 lr=1  step 50/100  50%"]
     progress.close()
     assert stream.getvalue().endswith("\x1b[2F\x1b[J")  # the block taken away; the closing summary follows
+
+
+def test_a_retry_shows_retrying_then_the_new_attempts_job(tmp_path):
+    (spec,) = _specs(tmp_path, 1)
+    stream = io.StringIO()
+    progress = Progress([spec], stream=stream, clock=lambda: 0.0)
+    events.started(spec.run_dir, job_id="111")
+    progress.update()
+    events.failed(spec.run_dir, "OSError: a node went away")
+    events.retrying(spec.run_dir, 1, 1)
+    progress.update(force=True)
+    events.started(spec.run_dir, job_id="222")
+    progress.update(force=True)
+    assert [line.split("   [")[0] for line in stream.getvalue().splitlines()] == [
+        "  started   #0 lr=0 max_steps=100 (job 111)", "  retrying  #0 lr=0 max_steps=100",
+        "  started   #0 lr=0 max_steps=100 (job 222)"]

@@ -142,7 +142,9 @@ class Progress:
             state = State.RUNNING  # the attempt is ending: its retry is decided once its job has ended
         step = found.get("step") if isinstance(found.get("step"), int) else old.step
         steps = found.get("max_steps") if isinstance(found.get("max_steps"), int) else old.max_steps
-        job_id = old.job_id or (rs.job_id if rs.last_start is not None else None)
+        job_id = old.job_id
+        if state is not old.state and rs.last_start is not None:  # a retry's start may be another job
+            job_id = rs.job_id or job_id
         return Seen(state, step, steps, rs.error or found.get("error"), job_id, objective_text(found))
 
     def counts(self) -> Dict[str, int]:
