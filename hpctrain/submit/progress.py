@@ -107,7 +107,7 @@ class Progress:
         self.total: Optional[int] = None  # the runs to come where they are discovered (a search's n_trials)
         self.stream = stream or sys.stdout
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.interval_s = max(interval_s, len(self.runs) / 2000)  # 10,000 records read: every 5 s
+        self.interval_s = max(interval_s, len(self.runs) / 1000)  # ~0.25 ms a record: 10,000 read every 10 s
         self.alive = alive
         self.clock = clock
         self.started = clock()
@@ -174,7 +174,7 @@ class Progress:
         return (f"{c['done']}/{max(self.total or 0, len(self.runs))} done, {c['running']} running, {c['failed']} failed"
                 + (f", ETA {duration(eta)}" if eta is not None else ""))
 
-    def event_line(self, idx: int, s: Seen) -> str:
+    def event_line(self, idx: int, s: Seen, counts: Optional[str] = None) -> str:
         what = {State.RUNNING: "started", State.RETRYING: "retrying", State.REQUEUED: "requeued"}.get(s.state) or str(s.state)
         detail = ""
         if s.state is State.RUNNING and s.job_id:
@@ -184,7 +184,7 @@ class Progress:
         elif s.state in FAILURES and s.error:
             last = [line.strip() for line in s.error.splitlines() if line.strip()]
             detail = f": {last[-1][:120]}" if last else ""
-        return f"  {what:<9} #{idx} {self.labels[idx]}{detail}   [{self.counts_text()}]"
+        return f"  {what:<9} #{idx} {self.labels[idx]}{detail}   [{counts or self.counts_text()}]"
 
     def block(self) -> List[str]:
         running = [(r.idx, self.seen[r.idx]) for r in self.runs
@@ -217,13 +217,14 @@ class Progress:
             if new.state is not self.seen[run.idx].state and new.state not in QUIET:
                 changed.append(run.idx)
             self.seen[run.idx] = new
+        counts = self.counts_text() if changed else ""  # once per read: the same for every line of it
         if not self.tty:
-            for idx in changed:
-                self.stream.write(self.event_line(idx, self.seen[idx]) + "\n")
+            self.stream.write("".join(self.event_line(idx, self.seen[idx], counts) + "\n" for idx in changed))
             self.stream.flush()
             return
         # a terminal: ended runs (and retries) stay as lines above the block; starts show in the block
-        kept = [self.event_line(idx, self.seen[idx]) for idx in changed if self.seen[idx].state is not State.RUNNING]
+        kept = [self.event_line(idx, self.seen[idx], counts) for idx in changed
+                if self.seen[idx].state is not State.RUNNING]
         self._redraw(kept, self.block())
 
     def close(self) -> None:
