@@ -143,7 +143,7 @@ class SearchSweeper(Sweeper):
 
             progress = Progress([], discover=lambda: trials_of(sweep_dir))  # the trials, from their records
             slurm.poll_squeue(ids, 10.0, lambda q: not any(slurm_parse.in_queue(q, i) for i in ids),
-                              lambda q: progress.update(force=True))
+                              lambda q: progress.update())
             progress.close()
         return self._final(sweep_dir, settings)
 

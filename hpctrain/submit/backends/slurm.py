@@ -211,7 +211,7 @@ class SlurmLauncher(BaseLauncher):
 
         def seen(answer: slurm_parse.QueueState) -> None:
             queue[0] = answer
-            progress.update(force=True)
+            progress.update()
 
         # a failed squeue call is "unknown", never "gone": the wait goes on until the queue answers empty
         slurm.poll_squeue(ids, 10.0, lambda q: not any(slurm_parse.in_queue(q, i) for i in ids), seen)
