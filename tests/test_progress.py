@@ -56,7 +56,7 @@ def test_a_local_sweep_on_a_terminal_redraws_its_progress_in_place(tmp_path):
     assert re.search(r"hpctrain: 0/2 done, 1 running, 0 failed", raw), raw
     steps = [int(s) for s in re.findall(r"  #\d lr=0\.0\d+  step (\d+)/200 ", raw)]
     assert steps and all(0 <= s <= 200 for s in steps), raw
-    assert re.search(r"hpctrain: 1/2 done, 1 running, 0 failed, ETA \d+s", raw), raw
+    assert re.search(r"hpctrain: 1/2 done, 1 running, 0 failed, ETA \d[\dmhs]*", raw), raw
     shown = [line for line in screen(raw) if line.strip()]
     # at the end the block is gone: ended runs stay as one line each, then the closing summary
     assert not any(line.startswith("hpctrain: 0/2") or " step " in line for line in shown), shown
