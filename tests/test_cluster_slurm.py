@@ -3,6 +3,7 @@ squeue/sacct fail now and then (as a busy slurmctld does) and make scontrol prin
 affinity (``gpu:tesla:2(S:0)``), as GPU clusters do."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -80,6 +81,10 @@ def test_wait_true_rides_out_failing_squeue_and_sacct(tmp_path, wrapped):
                          f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=wrapped, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 completed, 0 failed" in proc.stdout
+    # piped, the wait prints one line per event it saw in the runs' records: each run's end exactly once
+    ends = [line.split()[:2] for line in proc.stdout.splitlines() if re.match(r"  completed +#\d", line)]
+    assert sorted(ends) == [["completed", "#0"], ["completed", "#1"]], proc.stdout
+    assert "\x1b[" not in proc.stdout
     assert "squeue failed" in proc.stderr and "the last known answer stands" in proc.stderr
     assert [metrics(d)["status"] for d in run_dirs(sweep)] == ["completed", "completed"]
     status = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep)], cwd=tmp_path,

@@ -135,7 +135,9 @@ def test_report_metric_and_mode_options(sweep):
     assert proc.returncode == 0, proc.stderr
     truth = metrics_of(sweep)
     losses = {i: m["metrics"]["train/loss"] for i, m in truth.items() if m["status"] == "completed"}
-    assert json.loads((sweep / "results.json").read_text())["best"]["idx"] == max(losses, key=losses.get)
+    # ranked otherwise than by default: its files beside the default report's, named by the metric and mode
+    assert json.loads((sweep / "results-by-train_loss-max.json").read_text())["best"]["idx"] == max(losses, key=losses.get)
+    assert json.loads((sweep / "results.json").read_text())["metric"] == "val/loss"
     bad = review(["report", str(sweep), "--metric", "val/acc"], cwd=sweep.parent)
     assert bad.returncode == 2 and "'val/acc'" in bad.stderr and "available: " in bad.stderr and "val/loss" in bad.stderr
 

@@ -293,6 +293,10 @@ def test_formats():
     assert plots.file_name("model/opt.lr") == "metric_vs_model_opt.lr.png"
     assert fmt.label({"lr": "0.1", "seed": "1"}) == "lr=0.1 seed=1"
     assert fmt.label({}, ["lr=0.1"]) == "lr=0.1" and fmt.label({}) == "(defaults)"
+    # values shown to 4 significant digits; integers, short numbers as typed and text unchanged
+    assert fmt.label({"lr": "0.0028002728307563543", "width": "12345", "wd": "1e-3", "act": "relu"}) == \
+        "lr=0.0028 width=12345 wd=1e-3 act=relu"
+    assert [fmt.value(v) for v in ("1.23456e-05", "0.30000000000000004", "1.5", "nan")] == ["1.235e-05", "0.3", "1.5", "nan"]
 
 
 def test_the_declared_objective_ranks_by_default():

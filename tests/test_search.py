@@ -5,7 +5,9 @@ The Slurm tests run on the real test cluster (slurm/test-cluster.sh); nothing is
 
 import json
 import os
+import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import List
@@ -158,6 +160,10 @@ def test_local_study_runs_max_parallel_workers_and_reports(tmp_path):
     assert "by 2 worker(s)" in proc.stdout
     found = trials(sweep)
     assert sorted(t.number for t in found) == [0, 1, 2, 3]
+    # the progress follows the trials (not the workers): each trial's end once, labelled by its lr
+    ends = [re.match(r"  (completed|pruned) +#(\d) lr=\S+ ", line) for line in proc.stdout.splitlines()]
+    assert sorted(int(m[2]) for m in ends if m) == [0, 1, 2, 3], proc.stdout
+    assert re.search(r"\[4/4 done, 0 running, 0 failed\]$", proc.stdout, re.M), proc.stdout
     assert all(t.state.name in ("COMPLETE", "PRUNED") for t in found)
     assert len(trial_dirs(sweep)) == 4
     for t in found:
@@ -169,7 +175,12 @@ def test_local_study_runs_max_parallel_workers_and_reports(tmp_path):
     assert sorted(r["idx"] for r in status["runs"]) == [0, 1, 2, 3]
     report = run_hpctrain(["report", str(sweep)], cwd=tmp_path).stdout
     best = min((t for t in found if t.state.name == "COMPLETE"), key=lambda t: t.value)
-    assert f"best: #{best.number} lr=" in report and "reproduce: python -m hpctrain" in report
+    assert f"best: #{best.number} lr=" in report
+    # the trial reruns the code the workers ran: the snapshot first on PYTHONPATH, the interpreter, the commit
+    code = sweep / ".hpctrain" / "submission-0" / "code"
+    (line,) = [line for line in report.splitlines() if line.startswith("reproduce: ")]
+    assert line.startswith(f"reproduce: PYTHONPATH={tmp_path}:{code}") and f" {sys.executable} -m hpctrain " in line
+    assert f"code: snapshot of that code: {code}" in report and re.search(r"^code: \S+ at commit [0-9a-f]{12}", report, re.M)
     assert (sweep / "optimisation_history.png").stat().st_size > 0
     assert (sweep / "metric_vs_lr.png").stat().st_size > 0
     # the same command again: the study already has its trials, nothing runs
@@ -264,12 +275,15 @@ def test_sigkilled_worker_then_the_same_command_again_ends_at_exactly_n_trials(t
 def test_a_clearly_bad_trial_is_pruned_early_under_median(tmp_path, slurm_cluster):
     sweep = tmp_path / "sweep"
     # grid order with seed 5 (one worker): lr=1e-3, 3e-3, then 10, after two completed trials
-    run_hpctrain(search(sweep, "lr=choice(1e-3,3e-3,10)", "hydra.sweeper.sampler=grid", "hydra.sweeper.seed=5",
+    proc = run_hpctrain(search(sweep, "lr=choice(1e-3,3e-3,10)", "hydra.sweeper.sampler=grid", "hydra.sweeper.seed=5",
                         "hydra.sweeper.n_trials=3", "hydra.sweeper.n_workers=1", "hydra.sweeper.pruner=median",
                         "hydra.sweeper.startup_trials=1", "max_steps=40", "eval_every=5", "log_every=5", "ckpt_every=0", "data.train_size=1024",
                         "data.val_size=128", "model.hidden=16", "hydra.launcher.wait=true"), cwd=tmp_path, timeout=400)
     found = {t.params["lr"]: t for t in trials(sweep)}
     assert found[10].state.name == "PRUNED"
+    # wait=true shows the trials' progress: the pruned one's line names its lr and its value when stopped
+    (line,) = [line for line in proc.stdout.splitlines() if line.lstrip().startswith("pruned ")]
+    assert re.match(rf"  pruned +#{found[10].number} lr=10 val/loss=\S+ +\[", line), proc.stdout
     assert found[0.001].state.name == found[0.003].state.name == "COMPLETE"
     run_dir = run_dir_of(sweep, found[10].number)
     m = metrics(run_dir)

@@ -27,12 +27,11 @@ def test_readme_sweep_on_local_executor(tmp_path):
         hparams = _hparams_tags(run_dir)
         assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= hparams
         assert "train/loss" in {m.name.tag for m in _experiment(run_dir).metric_infos}
-    # the summary: one line per run with its values, status, final loss and TensorBoard path
+    # the summary: one short line per run with its swept values, status and final objective
     for idx, run_dir in enumerate(run_dirs):
-        final = json.loads((run_dir / "metrics.json").read_text())["metrics"]["train/loss"]
+        final = json.loads((run_dir / "metrics.json").read_text())["metrics"]["val/loss"]
         (row,) = [r.split() for r in proc.stdout.splitlines() if r.strip().startswith(f"#{idx} ")]
-        assert row == [f"#{idx}", run_dir.name.split("_", 1)[1], "completed", f"loss={final:.4g}",
-                       f"tb={run_dir / 'tb'}"], row
+        assert row == [f"#{idx}", run_dir.name.split("_", 1)[1], "completed", f"val/loss={final:.4g}"], row
 
 
 def _experiment(run_dir):
@@ -83,8 +82,8 @@ def test_local_runs_in_parallel_up_to_max_parallel_and_share_the_cores(tmp_path)
                            "hydra.launcher.max_parallel=2", f"hydra.sweep.dir={tmp_path / 's'}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    events = [line.split()[0] for line in proc.stdout.splitlines() if line.strip().startswith(("started", "ended"))]
-    assert events[:3] == ["started", "started", "ended"]  # two at once, the third waits for a free slot
+    events = [line.split()[0] for line in proc.stdout.splitlines() if line.strip().startswith(("started", "completed"))]
+    assert events[:3] == ["started", "started", "completed"]  # two at once, the third waits for a free slot
     assert events.count("started") == 3 and "2 run(s) on this machine" not in proc.stdout
     assert "3 run(s) on this machine, 2 at a time" in proc.stdout
     share = str(max(1, len(os.sched_getaffinity(0)) // 2))

@@ -22,8 +22,22 @@ STATE_STYLE: Mapping[State, str] = {
 
 
 def label(values: Dict[str, str], overrides: Sequence[str] = (), sep: str = " ") -> str:
-    """A run as a person tells it apart: its swept values (``lr=0.01 seed=1``), else its overrides."""
-    return sep.join(f"{k}={v}" for k, v in values.items()) or sep.join(overrides) or "(defaults)"
+    """A run as a person tells it apart: its swept values (``lr=0.01 seed=1``, numbers to 4 significant
+    digits), else its overrides."""
+    return sep.join(f"{k}={value(v)}" for k, v in values.items()) or sep.join(overrides) or "(defaults)"
+
+
+def value(text: str) -> str:
+    """A swept value as shown: a decimal number of more than 4 significant digits to 4 (``0.0028002728307563543``
+    -> ``0.0028``); integers, short numbers as typed (``1e-3``) and text unchanged. Data files keep the full value."""
+    mantissa = text.strip().lower().split("e")[0].lstrip("+-")
+    if not ("." in text or "e" in text.lower()) or len(mantissa.replace(".", "").lstrip("0")) <= 4:
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return f"{number:.4g}" if math.isfinite(number) else text
 
 
 def console(stream: Any = None) -> Any:

@@ -198,7 +198,7 @@ def markdown(ranking: Ranking, sweep_dir: Path, swept: List[str], counts: Dict[S
     other = head[len(swept) + 4]
     for x in ranking.runs:
         r = x.record
-        cells = [str(x.rank or "-"), str(r.idx)] + [r.values.get(k, "") for k in swept] + [
+        cells = [str(x.rank or "-"), str(r.idx)] + [fmt.value(r.values.get(k, "")) for k in swept] + [
             f"**{r.state}**" if x is best else r.state, fmt.number(x.value), fmt.number(r.metrics.get(other)),
             fmt.bar(r.step, r.max_steps, width=0).split(" ")[0], fmt.duration(r.elapsed_s), str(r.restarts),
             f"`{os.path.relpath(r.run_dir, sweep_dir)}`" if r.run_dir else "-"]

@@ -2,6 +2,7 @@
 failed runs with the end of their error; report.md, results.csv, results.json and PNGs in the sweep dir.
 """
 
+import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -10,7 +11,7 @@ from rich.markup import escape
 
 from hpctrain.core import manifest as manifests
 from hpctrain.core.atomic import write_text_atomic
-from hpctrain.core.state import FAILURES, Direction
+from hpctrain.core.state import FAILURES, Direction, State
 from hpctrain.submit import provenance
 from hpctrain.review import cost as costs
 from hpctrain.review import fmt, plots
@@ -52,21 +53,33 @@ def _table(ranking: Ranking, swept: List[str], con: Any) -> None:
     fmt.table(con, headers, rows, right=(0, 1, 4, 5, 6, 7), styles=styles, row_styles=row_styles)
 
 
-def _plots(ranking: Ranking, curves: Dict[int, Dict[str, Curve]], swept: List[str], sweep_dir: Path) -> List[Path]:
+def _plots(ranking: Ranking, curves: Dict[int, Dict[str, Curve]], swept: List[str], sweep_dir: Path,
+           suffix: str = "") -> List[Path]:
+    """The PNGs, named with ``suffix`` when ranked by another metric than the default (beside the default ones)."""
     best = ranking.best.record.idx if ranking.best else None
     labels = {x.record.idx: fmt.label(x.record.values, x.record.overrides) for x in ranking.runs}
+    pruned = {x.record.idx for x in ranking.runs if x.record.state is State.PRUNED}
     out = []
     drawn = {idx: c for idx, c in curves.items() if c}
     if drawn:
-        out.append(plots.loss_curves(drawn, labels, best, sweep_dir / "loss_curves.png"))
+        out.append(plots.loss_curves(drawn, labels, best, sweep_dir / f"loss_curves{suffix}.png", ranking.metric))
     for param in swept:
         points = [(x.record.values[param], x.value, x.record.idx) for x in ranking.runs
                   if x.value is not None and param in x.record.values]
         if points:
             missing = len(ranking.runs) - len(points)
+            groups = {x.record.idx: [(k, x.record.values[k]) for k in swept if k != param and k in x.record.values]
+                      for x in ranking.runs}  # a panel per combination of the other swept keys
             out.append(plots.metric_vs_param(param, points, ranking.metric, best, missing,
-                                             sweep_dir / plots.file_name(param)))
+                                             sweep_dir / plots.file_name(param, suffix), groups, pruned))
     return out
+
+
+def _suffix(metric: str, mode: Direction, usual: str, usual_mode: Direction) -> str:
+    """``""`` for the default report; ``-by-train_loss-max`` for one ranked otherwise (its files beside)."""
+    if (metric, mode) == (usual, usual_mode):
+        return ""
+    return "-by-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", metric) + f"-{Direction(mode).value}"
 
 
 def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = None) -> int:
@@ -76,12 +89,15 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     wanted = Direction.parse(mode) if mode else None
     snap = collect(load_sweep(sweep_dir))
     records, swept = snap.runs, snap.sweep.swept
-    tags = set(CURVE_TAGS) | ({metric} if metric else set())
+    declared_metric = (objective(records) or {}).get("metric")  # its curve is drawn below the losses
+    tags = set(CURVE_TAGS) | ({metric} if metric else set()) | ({declared_metric} if declared_metric else set())
     curves = {r.idx: read_scalars(r.run_dir, tags) for r in records}
     last = {idx: {tag: pts[-1][1] for tag, pts in c.items() if pts} for idx, c in curves.items()}
     manifest = manifests.read(sweep_dir)
     search_metric, search_mode = search_review.ranking_metric(manifest)  # a search: ranked by its objective
-    metric = metric or search_metric or default_metric(records, last)
+    usual = search_metric or default_metric(records, last)
+    usual_mode = search_mode if usual == search_metric and search_mode else default_mode(usual, records)
+    metric = metric or usual
     wanted = wanted or (search_mode if metric == search_metric else None)
     have = available_metrics(records, last)
     if metric not in have:
@@ -94,7 +110,8 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     command = reproduce_command(ranking.best.record, manifest.app if manifest else None) if ranking.best else None
     code: List[str] = []  # the commit(s) the best run's code came from; its command reruns that code
     if ranking.best and command:
-        command, code = provenance.for_report(sweep_dir, ranking.best.record.idx, command)
+        best_dir = Path(ranking.best.record.run_dir) if ranking.best.record.run_dir else None
+        command, code = provenance.for_report(sweep_dir, ranking.best.record.idx, command, best_dir)
 
     con.print(f"[bold]sweep[/] {escape(str(sweep_dir))}  ranked by [bold]{escape(metric)}[/] ({ranking.mode}"
               f"{', the objective' if is_objective else ''})",
@@ -127,20 +144,22 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
                   soft_wrap=True)
 
     try:
-        images = _plots(ranking, curves, swept, sweep_dir)
+        suffix = _suffix(metric, ranking.mode, usual, usual_mode) if usual in have else ""  # no default report: the only one
+        images = _plots(ranking, curves, swept, sweep_dir, suffix)
         if snap.sweep.search is not None:  # each trial's objective and the best so far
             points = [(x.record.idx, x.value, x.record.state) for x in ranking.runs if x.value is not None]
             if points:
                 images.append(search_review.history_plot(points, metric, ranking.mode,
-                                                         sweep_dir / "optimisation_history.png"))
-        write_csv(sweep_dir / "results.csv", result_rows(ranking, swept))
-        write_json(sweep_dir / "results.json", ranking, sweep_dir, snap.counts(), command, images)
+                                                         sweep_dir / f"optimisation_history{suffix}.png"))
+        names = [f"report{suffix}.md", f"results{suffix}.csv", f"results{suffix}.json"]
+        write_csv(sweep_dir / names[1], result_rows(ranking, swept))
+        write_json(sweep_dir / names[2], ranking, sweep_dir, snap.counts(), command, images)
         cost_md = "\n## Cost\n\n" + "\n".join(f"- {line}" for line in cost_lines) + "\n" if cost_lines else ""
-        write_text_atomic(sweep_dir / "report.md", markdown(
+        write_text_atomic(sweep_dir / names[0], markdown(
             ranking, sweep_dir, swept, snap.counts(), command, images) + cost_md)
     except OSError as exc:
         print(f"hpctrain report: error: cannot write the report into {sweep_dir}: {exc}", file=sys.stderr)
         return 1
-    names = ["report.md", "results.csv", "results.json"] + [p.name for p in images]
+    names += [p.name for p in images]
     con.print(f"\nwrote into {fmt.short_path(str(sweep_dir))}/: " + ", ".join(names), soft_wrap=True, markup=False)
     return 0

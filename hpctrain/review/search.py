@@ -51,11 +51,12 @@ def history_plot(points: List[Tuple[int, float, State]], metric: str, mode: Dire
     points = sorted(points)
     done = [(n, v) for n, v, s in points if s is not State.PRUNED]
     pruned = [(n, v) for n, v, s in points if s is State.PRUNED]
-    if done:
-        ax.scatter([n for n, _ in done], [v for _, v in done], color="tab:blue", label="trial", zorder=3)
+    if done:  # each trial in its run's colour, as in the report's other plots
+        ax.scatter([n for n, _ in done], [v for _, v in done], color=[plots.run_colour(n) for n, _ in done],
+                   label="trial", zorder=3)
     if pruned:
-        ax.scatter([n for n, _ in pruned], [v for _, v in pruned], facecolors="none", edgecolors="tab:gray",
-                   label="pruned (value when stopped)", zorder=3)
+        ax.scatter([n for n, _ in pruned], [v for _, v in pruned], facecolors="none",
+                   edgecolors=[plots.run_colour(n) for n, _ in pruned], label="pruned (value when stopped)", zorder=3)
     best, xs, ys = None, [], []
     for n, v in done:
         best = v if best is None or mode.better(v, best) else best

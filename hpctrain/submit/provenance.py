@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from hpctrain.core import events
 from hpctrain.core import paths as runfiles
 from hpctrain.core.redact import redact_argv, redact_env
 from hpctrain.submit.snapshot import git, kept_names
@@ -103,18 +104,26 @@ def add_job_ids(path: Path, job_ids: Sequence[str]) -> None:
         runfiles.write_json_atomic(path, record)
 
 
-def for_run(sweep_dir: Path, idx: int) -> Tuple[Optional[Path], Optional[Dict[str, Any]]]:
-    """The newest submission's record that holds run ``idx`` (a rerun of a sweep is a new submission)."""
+def for_run(sweep_dir: Path, idx: int, run_dir: Optional[Path] = None) -> Tuple[Optional[Path], Optional[Dict[str, Any]]]:
+    """The newest submission's record that holds run ``idx`` (a rerun of a sweep is a new submission).
+
+    A search's submissions list no runs (their workers take trials as they come): a trial (``run_dir``)
+    was run by the newest of them recorded before the trial's first event."""
     found = []
     for path in Path(sweep_dir, ".hpctrain").glob(f"submission-*/{RECORD}"):
         match = re.fullmatch(r"submission-(\d+)", path.parent.name)
         if match:
             found.append((int(match[1]), path))
-    for _, path in sorted(found, reverse=True):
-        record = runfiles.read_json(path)
+    records = [(path, runfiles.read_json(path)) for _, path in sorted(found, reverse=True)]
+    for path, record in records:
         if record and idx in record.get("runs", []):
             return path, record
-    return None, None
+    first = next(iter(events.events(run_dir)), None) if run_dir else None
+    searches = [(path, record) for path, record in records if record and not record.get("runs")]
+    if first is None or not searches:
+        return None, None
+    before = [(p, r) for p, r in searches if r.get("time", 0) <= first.time_ns / 1e9]
+    return before[0] if before else searches[-1]  # none before it: a compute node's clock behind, the first one
 
 
 def code_lines(path: Path, record: Dict[str, Any]) -> List[str]:
@@ -168,10 +177,11 @@ def _script(record: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def for_report(sweep_dir: Path, idx: int, command: str) -> Tuple[str, List[str]]:
-    """The reproduce command of run ``idx`` made to rerun its submission's code, and the lines that say
-    which code that was; unchanged (and no lines) for a sweep submitted without a record."""
-    path, record = for_run(sweep_dir, idx)
+def for_report(sweep_dir: Path, idx: int, command: str, run_dir: Optional[Path] = None) -> Tuple[str, List[str]]:
+    """The reproduce command of run ``idx`` (a search's trial: its ``run_dir``) made to rerun its
+    submission's code, and the lines that say which code that was; unchanged (and no lines) for a sweep
+    submitted without a record."""
+    path, record = for_run(sweep_dir, idx, run_dir)
     if path is None or record is None:
         return command, []
     return reproduce_command(command, record), code_lines(path, record)

@@ -3,14 +3,14 @@
 from pathlib import Path
 from typing import Any, List, Optional
 
-from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig
 
 from hpctrain.core import events
 from hpctrain.core import paths as runfiles
-from hpctrain.core.redact import redact_overrides
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.plan import Run
+from hpctrain.submit.progress import objective_text, swept_labels
 
 
 class Returns:
@@ -79,18 +79,15 @@ def report(runs: List[Run], returns: List[JobReturn], sweep_dir: Path) -> List[J
 
 
 def summary_lines(runs: List[Run]) -> List[str]:
-    """One line per run: its values, state, final loss (or the first metric a foreign app returned), where
-    its TensorBoard logs are."""
+    """One short line per run: its swept values, its state, its objective (else the first metric it
+    returned, a foreign app's own): ``#0   lr=0.001  completed  val/loss=0.4132``."""
+    labels = swept_labels([run.overrides for run in runs])
+    width = min(40, max((len(label) for label in labels), default=0))
     lines = []
-    for run in runs:
-        metrics = (runfiles.read_metrics(run.run_dir) or {}).get("metrics") or {}
-        name = "train/loss" if "train/loss" in metrics else next(iter(metrics), "loss")
-        value = metrics.get(name)
-        shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
-        values = " ".join(redact_overrides(filter_overrides(run.overrides))) or "(defaults)"
+    for run, label in zip(runs, labels):
+        shown = objective_text(runfiles.read_metrics(run.run_dir) or {})
         state = events.state_of(run.run_dir) or "unknown"
-        lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name.split('/')[-1]}={shown:<8} "
-                     f"tb={run.run_dir / runfiles.TB_DIR}")
+        lines.append(f"  #{run.idx:<3} {label:<{width}}  {state!s:<9}  {shown}".rstrip())
     return lines
 
 

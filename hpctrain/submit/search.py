@@ -27,6 +27,7 @@ from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.lock import one_submission
 from hpctrain.submit.launcher import BaseLauncher, implementation_of
 from hpctrain.submit.plan import Run, make_spec, plan_runs
+from hpctrain.submit.progress import Progress, trials_of
 from hpctrain.submit.results import print_next_commands
 from hpctrain.submit.submission import Calling
 from hpctrain.search.space import Space, check, parse
@@ -140,7 +141,10 @@ class SearchSweeper(Sweeper):
             from hpctrain.slurm import parse as slurm_parse
             from hpctrain.slurm import query as slurm
 
-            slurm.poll_squeue(ids, 10.0, lambda q: not any(slurm_parse.in_queue(q, i) for i in ids))
+            progress = Progress([], discover=lambda: trials_of(sweep_dir))  # the trials, from their records
+            slurm.poll_squeue(ids, 10.0, lambda q: not any(slurm_parse.in_queue(q, i) for i in ids),
+                              lambda q: progress.update())
+            progress.close()
         return self._final(sweep_dir, settings)
 
     @staticmethod

@@ -19,7 +19,8 @@ from hpctrain.core.run import RunSpec
 from hpctrain.submit import results
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.launcher import BaseLauncher, JobIds, Run
-from hpctrain.submit.submission import Array, Submission
+from hpctrain.submit.progress import Progress, trials_of
+from hpctrain.submit.submission import Array, Calling, Submission
 
 
 def visible_gpus(env: Optional[Mapping[str, str]] = None) -> List[int]:
@@ -108,6 +109,11 @@ class LocalLauncher(BaseLauncher):
         free = gpu_slots(visible_gpus(), per_run, parallel)  # physical indices, disjoint
         args = submission.args()
         pending, running, jobs = list(range(len(tasks))), {}, {}
+        task_of = {run.idx: t for t, task in enumerate(tasks) for run in task}
+        if submission.calling is Calling.POSITIONAL:  # a search's workers: the display follows their trials
+            progress = Progress([], discover=lambda: trials_of(submission.sweep_dir))
+        else:
+            progress = Progress(submission.runs, alive=lambda idx: task_of[idx] in running)
         while pending or running:
             while pending and free:
                 t, gpus = pending.pop(0), free.pop(0)
@@ -115,15 +121,15 @@ class LocalLauncher(BaseLauncher):
                 jobs[t] = submitted = executor.submit(job, *[a[t] for a in args])
                 running[t] = (submitted, gpus)
                 job_ids({run.idx: str(submitted.job_id) for run in tasks[t]})
-                names = ", ".join(f"#{run.idx} {run.name}" for run in tasks[t])
-                print(f"  started {names} (job {submitted.job_id})", flush=True)
             for t, (submitted, gpus) in list(running.items()):
                 if submitted.done():
                     del running[t]
                     free.append(gpus)
                     if self._ended(tasks[t], submitted):
                         pending.insert(0, t)  # retried: submitted again, first in line
+            progress.update()
             time.sleep(0.2)
+        progress.close()
         return [jobs[t] for t in range(len(tasks))]
 
     def thread_lines(self, gpus_per_run: int, tasks_at_once: int) -> List[str]:
@@ -138,8 +144,7 @@ class LocalLauncher(BaseLauncher):
     def _ended(self, task: Sequence[RunSpec], job: Any) -> bool:
         """Record a silent death and decide a retry (any rank's crash counts, any run of a pack: each
         decides for itself); True to submit the task again (its ended runs are not run again)."""
-        code = local_job_exit_code(job)
-        print(f"  ended   {', '.join(f'#{run.idx}' for run in task)} (exit code {code})", flush=True)
+        code = local_job_exit_code(job)  # the record says how it ended: the progress display reads it there
         retries = [attempt_ended(run.run_dir, code if code is not None else -1, int(self.params.max_retries),
                                  str(job.paths.stderr)) for run in task]
         return any(r is not None for r in retries)

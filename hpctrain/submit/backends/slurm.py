@@ -16,10 +16,10 @@ from typing import Any, Dict, List, Optional, Set
 from hydra.core.utils import JobReturn, JobStatus
 
 from hpctrain._compat.submitit import convert_mem, sbatch_script
-from hpctrain.core import events
 from hpctrain.submit import arrays, results
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.launcher import BaseLauncher, JobIds, Run
+from hpctrain.submit.progress import Progress
 from hpctrain.submit.results import print_next_commands
 from hpctrain.submit.submission import Array, Submission
 from hpctrain.slurm import parse as slurm_parse
@@ -205,18 +205,17 @@ class SlurmLauncher(BaseLauncher):
     def _wait(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         """Block until no task of the array is left in the queue, then collect results."""
         ids = [str(j.job_id) for j in jobs]
-        last = [""]
+        job_of = {r.idx: i for r, i in zip(runs, ids)}
+        queue: List[slurm_parse.QueueState] = [{}]
+        progress = Progress(runs, alive=lambda idx: slurm_parse.in_queue(queue[0], job_of[idx]))
 
-        def progress(queue: slurm_parse.QueueState) -> None:
-            left = sum(slurm_parse.in_queue(queue, i) for i in ids)
-            done = sum(events.is_completed(r.run_dir) for r in runs)
-            line = f"  {done}/{len(runs)} completed, {left} queued or running"
-            if line != last[0]:
-                print(line, flush=True)
-                last[0] = line
+        def seen(answer: slurm_parse.QueueState) -> None:
+            queue[0] = answer
+            progress.update()
 
         # a failed squeue call is "unknown", never "gone": the wait goes on until the queue answers empty
-        slurm.poll_squeue(ids, 10.0, lambda q: not any(slurm_parse.in_queue(q, i) for i in ids), progress)
+        slurm.poll_squeue(ids, 10.0, lambda q: not any(slurm_parse.in_queue(q, i) for i in ids), seen)
+        progress.close()
         returns = []
         for run, job in zip(runs, jobs):
             if job.paths.result_pickle.exists():
