@@ -87,7 +87,8 @@ class Trainer:
             loss = loss.to(self.device)  # a loss class with buffers (class weights)
         self.forward = Forward(loss, cfg.loss._target_, self.raw_model)
         self.metric_fns = build_metrics(cfg.metrics)
-        preflight.check(cfg, self.raw_model, self.forward, self.train_set, self.metric_fns, self.device)
+        self.metric_fns = preflight.check(cfg, self.raw_model, self.forward, self.train_set, self.metric_fns,
+                                          self.device)
         if info.is_main:
             summary.write(self.run_dir, max_steps=cfg.max_steps, started=time.time(),
                           world_size=info.world_size, host=socket.gethostname(), pid=os.getpid())
