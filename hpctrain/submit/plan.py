@@ -33,11 +33,12 @@ from hydra.core.override_parser.types import OverrideType
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hpctrain._compat.hydra import apply_overrides, get_overrides_dirname, group_checker
+from hpctrain._compat.hydra import apply_overrides, group_checker
 from hpctrain._compat.omegaconf import interpolation_parser_memoized
 from hpctrain.core.run import RunSpec
 from hpctrain.schema import DIRNAME_TEMPLATE
 from hpctrain.schema import dirname as hpctrain_dirname
+from hpctrain.submit import naming
 
 # A point's problems, checked while its config is at hand: (its config, its resolved plain copy when the
 # plan has one at hand cheaply, else None).
@@ -104,6 +105,13 @@ class _Base:
     naming: Optional[DictConfig] = None  # hydra.job values and hydra.sweep.subdir, to resolve run dir names
     plain: Any = _UNSET  # ``task`` resolved to plain containers, and where it holds interpolations
     readers: Dict[Tuple[str, ...], List[str]] = field(default_factory=dict)  # per key set: interpolations to redo
+    _sweep_dir_exists: Optional[bool] = None
+
+    def sweep_dir_exists(self) -> bool:
+        """Whether the sweep dir is there already (a rerun): asked once per base."""
+        if self._sweep_dir_exists is None:
+            self._sweep_dir_exists = Path(self.sweep_dir).is_dir()
+        return self._sweep_dir_exists
 
     def resolved(self) -> Optional[Tuple[Dict[str, Any], List[Tuple[str, str]]]]:
         """``task`` as plain containers (made once), and the dotted key and text of each interpolated value
@@ -353,9 +361,20 @@ def _template(subdir: Any) -> Optional[List[Tuple[str, Optional[str]]]]:
 
 
 def _run_dir(base: _Base, parsed: List[Any], idx: int) -> Path:
-    """Resolve hydra.sweep.subdir for one point from the few values it may use (as run_job would)."""
-    dirname = get_overrides_dirname(overrides=parsed, kv_sep=base.dirname["kv_sep"],
-                                    item_sep=base.dirname["item_sep"], exclude_keys=base.dirname["exclude_keys"])
+    """Resolve hydra.sweep.subdir for one point from the few values it may use (as run_job would); named by
+    the parsed values. A run dir an older sweep named by the lines as typed is kept (a rerun finds it)."""
+    seps = (base.dirname["exclude_keys"], base.dirname["item_sep"], base.dirname["kv_sep"])
+    dirname = naming.override_dirname(parsed, *seps)
+    run_dir = _subdir(base, idx, dirname)
+    typed = naming.legacy(parsed, *seps)
+    if typed != dirname and base.sweep_dir_exists() and not run_dir.exists():
+        older = _subdir(base, idx, typed)
+        if older.exists():
+            return older
+    return run_dir
+
+
+def _subdir(base: _Base, idx: int, dirname: str) -> Path:
     if base.template is not None:
         job = {"num": str(idx), "id": f"plan_{idx}", "name": base.job_name, "override_dirname": dirname}
         if base.template == [("", "hpctrain")]:
@@ -377,10 +396,9 @@ def _full_compose(loader: Any, config: DictConfig, parsed: List[Any], idx: int,
     job = cfg.hydra.job
     with open_dict(job):
         job.num, job.id = idx, f"plan_{idx}"
-        job.override_dirname = get_overrides_dirname(
-            overrides=parsed, kv_sep=job.config.override_dirname.kv_sep,
-            item_sep=job.config.override_dirname.item_sep,
-            exclude_keys=list(job.config.override_dirname.exclude_keys))
+        job.override_dirname = naming.override_dirname(
+            parsed, exclude_keys=list(job.config.override_dirname.exclude_keys),
+            item_sep=job.config.override_dirname.item_sep, kv_sep=job.config.override_dirname.kv_sep)
     run_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
     return run_dir, _split(cfg).task
 
