@@ -107,7 +107,8 @@ class Trainer:
         self.data = MicroBatches(self.train_set, sampler, self.device, cfg.num_workers, cfg.seed)
         self.checkpointer = Checkpointer(self.run_dir / runfiles.CKPT, cfg.ckpt_every, info, self, self.data)
         self.checkpointer.load()  # the newest complete checkpoint, if any: sets step, data position, RNG
-        self.logger = RunLogger(self.run_dir, self.step) if info.is_main else NullLogger()
+        layout = hparams.layout(cfg.objective.metric, list(self.metric_fns))
+        self.logger = RunLogger(self.run_dir, self.step, layout) if info.is_main else NullLogger()
         self.evaluated_at: Optional[int] = None
 
     def _wrap(self, model: nn.Module) -> nn.Module:
