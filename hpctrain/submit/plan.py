@@ -101,6 +101,7 @@ class _Base:
     job_name: str
     dirname: Dict[str, Any]  # hydra.job.config.override_dirname
     template: Optional[List[Tuple[str, Optional[str]]]]  # subdir as (text, hydra.job key) pieces; None: resolve
+    typed_template: Optional[List[Tuple[str, Optional[str]]]] = None  # the app's own subdir (older sweeps' names)
     working: Dict[Tuple[str, ...], "_Working"] = field(default_factory=dict)  # shared config per set of keys
     naming: Optional[DictConfig] = None  # hydra.job values and hydra.sweep.subdir, to resolve run dir names
     plain: Any = _UNSET  # ``task`` resolved to plain containers, and where it holds interpolations
@@ -334,8 +335,21 @@ def _split(full: DictConfig) -> _Base:
         sweep_dir=str(full.hydra.sweep.dir),
         job_name=str(full.hydra.job.name),
         dirname=OmegaConf.to_container(full.hydra.job.config.override_dirname, resolve=True),
-        template=_template(subdir),
+        template=_template(_named_by_values(full, subdir)),
+        typed_template=_template(subdir),
     )
+
+
+HYDRA_SUBDIR = "${hydra.job.num}"  # Hydra's own hydra.sweep.subdir: run dirs 0, 1, 2
+
+
+def _named_by_values(full: DictConfig, subdir: Any) -> Any:
+    """Hydra's default subdir (any app that keeps it) becomes hpctrain's: run dirs named by index and swept
+    values, as for hpctrain's own app. A subdir the command line sets is kept as it is."""
+    typed = OmegaConf.to_container(full.hydra.overrides.hydra, resolve=False)  # as typed: not resolved here
+    if subdir != HYDRA_SUBDIR or any(str(o).lstrip("+").startswith("hydra.sweep.subdir=") for o in typed):
+        return subdir
+    return DIRNAME_TEMPLATE
 
 
 _JOB_REF = re.compile(r"\$\{hydra\.job\.(num|id|name|override_dirname)\}")
@@ -367,19 +381,20 @@ def _run_dir(base: _Base, parsed: List[Any], idx: int) -> Path:
     dirname = naming.override_dirname(parsed, *seps)
     run_dir = _subdir(base, idx, dirname)
     typed = naming.legacy(parsed, *seps)
-    if typed != dirname and base.sweep_dir_exists() and not run_dir.exists():
-        older = _subdir(base, idx, typed)
+    if (typed != dirname or base.typed_template != base.template) and base.sweep_dir_exists() and not run_dir.exists():
+        older = _subdir(base, idx, typed, base.typed_template)
         if older.exists():
             return older
     return run_dir
 
 
-def _subdir(base: _Base, idx: int, dirname: str) -> Path:
-    if base.template is not None:
+def _subdir(base: _Base, idx: int, dirname: str, template: Any = _UNSET) -> Path:
+    template = base.template if template is _UNSET else template
+    if template is not None:
         job = {"num": str(idx), "id": f"plan_{idx}", "name": base.job_name, "override_dirname": dirname}
-        if base.template == [("", "hpctrain")]:
+        if template == [("", "hpctrain")]:
             return Path(base.sweep_dir) / hpctrain_dirname(idx, dirname)
-        return Path(base.sweep_dir) / "".join(text if key is None else job[key] for text, key in base.template)
+        return Path(base.sweep_dir) / "".join(text if key is None else job[key] for text, key in template)
     if base.naming is None:  # one naming config per base; each point sets its values into it
         base.naming = OmegaConf.create({"hydra": {
             "job": {"num": idx, "id": "", "name": base.job_name, "override_dirname": ""},

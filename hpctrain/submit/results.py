@@ -89,8 +89,9 @@ def summary_lines(runs: List[Run]) -> List[str]:
         shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
         values = " ".join(redact_overrides(filter_overrides(run.overrides))) or "(defaults)"
         state = events.state_of(run.run_dir) or "unknown"
-        lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name.split('/')[-1]}={shown:<8} "
-                     f"tb={run.run_dir / runfiles.TB_DIR}")
+        tb = run.run_dir / runfiles.TB_DIR  # only where the run wrote TensorBoard logs (an app may write none)
+        lines.append(f"  #{run.idx:<3} {values:<30} {state:<10} {name.split('/')[-1]}={shown:<8}"
+                     + (f" tb={tb}" if tb.is_dir() else ""))
     return lines
 
 
