@@ -157,7 +157,9 @@ class BaseLauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         if not self.names_decided:  # a sweeper that did not say the whole sweep: this launch is all of it
             exclude_from_names(self.config, constant_keys(job_overrides) + redact.secret_keys(job_overrides))
-        runs, problems = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx, self._inspect())
+        # the user's own app (its code in the snapshot): run dirs named by values; an installed one keeps Hydra's
+        runs, problems = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx, self._inspect(),
+                                   by_values=self.code.app is not None)
         problems = self.check(runs, sweep_dir) + problems
         if problems:
             lines = "\n".join(f"  {p}" for p in problems)

@@ -155,17 +155,19 @@ class OverrideCache:
 
 
 def plan_runs(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
-              first_idx: int, inspect: Optional[Inspect] = None) -> Tuple[List[Run], List[str]]:
+              first_idx: int, inspect: Optional[Inspect] = None,
+              by_values: bool = False) -> Tuple[List[Run], List[str]]:
     """The runs of the good points, and one line per bad point (all of them, not just the first).
 
     ``inspect`` is called on every point's config (validation): its lines are that point's problems.
+    ``by_values``: an app that keeps Hydra's default subdir gets run dirs named by its swept values.
     """
     with interpolation_parser_memoized():
-        return _plan(ctx, config, job_overrides, first_idx, inspect)
+        return _plan(ctx, config, job_overrides, first_idx, inspect, by_values)
 
 
 def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
-          first_idx: int, inspect: Optional[Inspect]) -> Tuple[List[Run], List[str]]:
+          first_idx: int, inspect: Optional[Inspect], by_values: bool = False) -> Tuple[List[Run], List[str]]:
     loader = ctx.config_loader
     parse = OverrideCache()
     group_exists = group_checker(loader)
@@ -186,7 +188,7 @@ def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequenc
                         is_group[o.key_or_group] = group_exists(o.key_or_group.split("@")[0])
                 groups = tuple(o.input_line for o in parsed if is_group[o.key_or_group])
                 if groups not in bases:
-                    bases[groups] = _split(loader.load_sweep_config(config, list(groups)))
+                    bases[groups] = _split(loader.load_sweep_config(config, list(groups)), by_values)
                 base = bases[groups]
                 values = [o for o in parsed if not is_group[o.key_or_group]]
                 cfg = _point_config(base, values)
@@ -324,7 +326,7 @@ def _maker(base: _Base, values: List[Any]) -> Callable[[], DictConfig]:
     return make
 
 
-def _split(full: DictConfig) -> _Base:
+def _split(full: DictConfig, by_values: bool = False) -> _Base:
     task = copy.deepcopy(full)
     with open_dict(task):
         del task["hydra"]
@@ -335,7 +337,7 @@ def _split(full: DictConfig) -> _Base:
         sweep_dir=str(full.hydra.sweep.dir),
         job_name=str(full.hydra.job.name),
         dirname=OmegaConf.to_container(full.hydra.job.config.override_dirname, resolve=True),
-        template=_template(_named_by_values(full, subdir)),
+        template=_template(_named_by_values(full, subdir) if by_values else subdir),
         typed_template=_template(subdir),
     )
 
@@ -344,8 +346,8 @@ HYDRA_SUBDIR = "${hydra.job.num}"  # Hydra's own hydra.sweep.subdir: run dirs 0,
 
 
 def _named_by_values(full: DictConfig, subdir: Any) -> Any:
-    """Hydra's default subdir (any app that keeps it) becomes hpctrain's: run dirs named by index and swept
-    values, as for hpctrain's own app. A subdir the command line sets is kept as it is."""
+    """Hydra's default subdir (a user's app that keeps it) becomes hpctrain's: run dirs named by index and
+    swept values, as for hpctrain's own app. A subdir the command line sets is kept as it is."""
     typed = OmegaConf.to_container(full.hydra.overrides.hydra, resolve=False)  # as typed: not resolved here
     if subdir != HYDRA_SUBDIR or any(str(o).lstrip("+").startswith("hydra.sweep.subdir=") for o in typed):
         return subdir
