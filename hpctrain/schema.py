@@ -91,6 +91,21 @@ class TokenDataConfig:
     seed: int = 1234
 
 
+@dataclass
+class RegressionDataConfig:
+    """Real-valued targets: a smooth function of the inputs plus noise (``data=regression`` picks ``loss=mse``)."""
+
+    _target_: str = "hpctrain.train.datasets.synthetic.smooth_regression"
+    num_features: int = 32
+    num_targets: int = 1
+    train_size: int = 16384
+    val_size: int = 2048
+    noise: float = 0.1  # a loss floor of about noise**2
+    seed: int = 1234
+    # the models' output layer is sized by data.num_classes: one output per target value here
+    num_classes: int = II(".num_targets")
+
+
 # ---------------------------------------------------------------- optim
 @dataclass
 class AdamWConfig:
@@ -177,6 +192,7 @@ def register_configs() -> None:
         ("data", "classification_schema", ClassificationDataConfig),
         ("data", "images_schema", ImageDataConfig),
         ("data", "tokens_schema", TokenDataConfig),
+        ("data", "regression_schema", RegressionDataConfig),
         ("optim", "adamw_schema", AdamWConfig),
         ("optim", "sgd_schema", SGDConfig),
     ):

@@ -49,8 +49,70 @@ def test_foreign_app_on_local_launcher(tmp_path):
     assert "best: #1" in by_score.stdout
 
     again = sweep_app(args[:1] + ["+fail_above=5"] + args[2:], tmp_path)  # a changed point: only it runs
-    assert "skip 0: already completed" in again.stdout and "skip 1: already completed" in again.stdout
+    assert "skip 0_+x=0: already completed" in again.stdout and "skip 1_+x=1: already completed" in again.stdout
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.email=me@example.com", "-c", "user.name=me", *args], cwd=repo,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_plain_app_outside_git_is_named_snapshotted_and_reviewed_by_its_own_metrics(tmp_path):
+    """Run dirs by swept values, no tb= for logs the app never wrote, the app's directory copied (its code,
+    not its data) and run from the copy, status and report on the app's returned metrics."""
+    import re
+    import shutil
+
+    app_dir, here = tmp_path / "app", tmp_path / "elsewhere"
+    app_dir.mkdir(), here.mkdir()
+    shutil.copy(APP, app_dir / "app.py")
+    (app_dir / "settings.yaml").write_text("a: 1\n")
+    (app_dir / "data.bin").write_bytes(b"\0" * 4096)
+    sweep = here / "sweep"
+    proc = subprocess.run([sys.executable, str(app_dir / "app.py"), "-m", "+x=0,1", "+y=5", "hydra/launcher=local",
+                           f"hydra.sweep.dir={sweep}"], cwd=here, env=hpctrain_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [d.name for d in run_dirs(sweep)] == ["0_+x=0", "1_+x=1"]  # +y=5 is the same for all: not in names
+    assert "tb=" not in proc.stdout, proc.stdout
+    copied = {p.name for p in (sweep / ".hpctrain" / "submission-0" / "code").rglob("*") if str(app_dir) in str(p)}
+    assert {"app.py", "settings.yaml"} <= copied and "data.bin" not in copied, copied
+
+    status = review(["status", str(sweep)], here).stdout
+    assert re.search(r"^#\s+x\s+state\s+progress\s+loss\s", status, re.M), status
+    assert re.search(r"^0\s+x=0\s+completed\s+-\s+1\s", status, re.M), status
+    report = review(["report", str(sweep)], here)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "ranked by loss (min)" in report.stdout and re.search(r"^rank\s+#\s+x\s+state\s+loss\s+score\s+elapsed$",
+                                                                  report.stdout, re.M), report.stdout
+    code = [line for line in report.stdout.splitlines() if line.startswith("code: ")]
+    assert code[0] == f"code: {app_dir} (the app's directory; no git work tree, so no commit)", code
+
+
+def test_a_plain_app_in_its_own_git_tree_names_its_commit_and_keeps_older_run_dirs(tmp_path):
+    """The app's own work tree is recorded first (report's code line), launched from outside it; a sweep made
+    before run dirs were named by values (0, 1) is rerun into those same dirs."""
+    import shutil
+
+    repo, here = tmp_path / "proj", tmp_path / "elsewhere"
+    repo.mkdir(), here.mkdir()
+    shutil.copy(APP, repo / "app.py")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "app.py")
+    _git(repo, "commit", "-q", "-m", "app")
+    commit = _git(repo, "rev-parse", "HEAD")
+    sweep = here / "sweep"
+    args = [sys.executable, str(repo / "app.py"), "-m", "+x=0,1", "hydra/launcher=local", f"hydra.sweep.dir={sweep}"]
+    old = subprocess.run(args + ["hydra.sweep.subdir=${hydra.job.num}"], cwd=here, env=hpctrain_env(),
+                         capture_output=True, text=True, timeout=300)  # the names Hydra's own rule gives
+    assert old.returncode == 0, old.stdout + old.stderr
+    assert [d.name for d in run_dirs(sweep)] == ["0", "1"]
+    again = subprocess.run(args, cwd=here, env=hpctrain_env(), capture_output=True, text=True, timeout=300)
+    assert "skip 0: already completed" in again.stdout and "skip 1: already completed" in again.stdout, again.stdout
+    report = review(["report", str(sweep)], here).stdout
+    code = [line for line in report.splitlines() if line.startswith("code: ")]
+    assert code[0] == f"code: {repo} at commit {commit[:12]}", report
 
 
 def test_a_returned_number_is_the_metric_value(tmp_path):

@@ -138,3 +138,22 @@ def test_the_median_pruner_leaves_small_studies_and_first_evals_alone():
     assert not sixth.should_prune()  # its first eval: the warm-up
     sixth.report(100.0, 20)
     assert sixth.should_prune()
+
+
+def test_tensorboard_puts_the_objective_and_the_losses_first(tmp_path):
+    """HParams lists the objective, then the losses, then the other metrics; the Custom Scalars layout has the
+    objective's category first, then the losses (train and val on one chart), read back from the event file."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar.layout_pb2 import Layout
+
+    run_dir = tmp_path / "run"
+    run_hpctrain(["objective.metric=val/accuracy", "objective.mode=max", "max_steps=20", "eval_every=10", "lr=1e-3",
+                  f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    tags = [m.name.tag for m in _hparams_experiment(run_dir).metric_infos]
+    assert tags == ["val/accuracy", "train/loss", "val/loss", "train/lr", "train/grad_norm"], tags
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
+    acc.Reload()
+    layout = Layout.FromString(acc.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
+    categories = [(c.title, [list(chart.multiline.tag) for chart in c.chart]) for c in layout.category]
+    assert [title for title, _ in categories] == ["objective", "losses", "training", "throughput"]
+    assert categories[0][1] == [["val/accuracy"]] and categories[1][1] == [["train/loss", "val/loss"]]

@@ -44,6 +44,57 @@ def test_regression(tmp_path, loss):
     assert record["objective"]["value"] == pytest.approx(val[-1], rel=1e-6)  # TensorBoard keeps float32
 
 
+def test_a_regression_data_set_runs_with_one_command(tmp_path):
+    """data=regression picks loss=mse and no accuracy (a regression has no classes); a command-line loss wins."""
+    run_dir = tmp_path / "run"
+    run_hpctrain(["data=regression", "max_steps=100", "eval_every=50", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    record = _record(run_dir)
+    assert record["status"] == "completed"
+    assert set(k for k in record["metrics"] if k.startswith("val/")) == {"val/loss"}, record["metrics"]
+    val, first = tb_scalars(run_dir, "val/loss"), tb_scalars(run_dir, "train/loss")[0]
+    assert len(val) == 2 and val[-1] < 0.5 * first, (first, val)  # predicting 0 costs about 0.5 (mse)
+    from trainer_helpers import compose
+
+    assert compose(["data=regression"]).loss._target_ == "hpctrain.train.losses.mse"
+    assert compose(["data=regression", "loss=model"]).loss._target_ == "hpctrain.train.losses.from_model"
+    assert compose(["data=regression"]).model.num_classes == 1  # one output per target value
+    assert compose(["data=regression", "data.num_targets=3"]).model.num_classes == 3
+
+
+def test_mse_on_own_float_targets_leaves_the_default_accuracy_out(tmp_path):
+    """loss=mse on a user's float targets keeps the classification group's metrics: accuracy, which does not apply,
+    is left out with one line (not a failure at the first eval), and nothing else changes."""
+    run_dir = tmp_path / "run"
+    proc = run_hpctrain(["loss=mse", "data._target_=user_models.regression_data", "model._target_=user_models.Regressor",
+                         "data.num_features=4", "lr=2e-2", "max_steps=40", "eval_every=20", f"hydra.run.dir={run_dir}"],
+                        cwd=tmp_path)
+    record = _record(run_dir)
+    assert record["status"] == "completed" and "val/accuracy" not in record["metrics"], record
+    assert len(tb_scalars(run_dir, "val/loss")) == 2
+    assert "metrics.accuracy left out: data._target_=user_models.regression_data has float targets" in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["data=regression", "loss=cross_entropy"],
+     "loss=cross_entropy (the default) needs integer class labels, but "
+     "data._target_=hpctrain.train.datasets.synthetic.smooth_regression has float targets (a regression): add loss=mse"),
+    (["loss=mse"], "loss=mse is a regression loss, but data._target_=hpctrain.train.datasets.synthetic.gaussian_classes "
+                   "has integer class labels and model._target_=hpctrain.train.models.mlp.MLP gives (4, 8) outputs for "
+                   "(4,) targets: use loss=cross_entropy for classes, or a data set with float targets (data=regression)"),
+    (["loss=mse", "data._target_=user_models.regression_data", "model._target_=user_models.Regressor",
+      "data.num_features=4", "objective.metric=val/accuracy"],
+     "objective.metric=val/accuracy: data._target_=user_models.regression_data has float targets (a regression), "
+     "which have no accuracy"),
+])
+def test_a_loss_that_does_not_fit_the_targets_fails_before_step_0(tmp_path, args, message):
+    run_dir = tmp_path / "run"
+    proc = run_hpctrain(args + ["max_steps=2", "batch_size=32", f"hydra.run.dir={run_dir}"], cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    record = _record(run_dir)
+    assert record["status"] == "failed" and not record.get("step"), record
+    assert message in record["error"].splitlines()[-1], record["error"]
+
+
 def test_dict_batches_and_model_loss(tmp_path):
     """A Hugging Face-style model on dict batches; a nanoGPT-style (logits, loss) model with loss=model."""
     hf = tmp_path / "hf"

@@ -124,3 +124,25 @@ def test_a_value_a_failed_point_left_behind_is_applied_again():
             continue
         got.append((cfg.a, cfg.b))
     assert got == [(1, 1), "error", (1, 2)]
+
+
+def _listed(out: str) -> List[str]:
+    return [line.split()[-1].rsplit("/", 1)[-1] for line in out.splitlines() if line.startswith("  ") and "/s/" in line]
+
+
+def test_run_dir_names_use_the_parsed_values(tmp_path):
+    """lr="1e-3" runs as 0.001 and is named so: one name however the value was written, no quotes."""
+    out = _dry_run(tmp_path, 'lr="1e-3",1e-3,0.001,"2.5e-3"', "+tag='x',true")[1].stdout
+    assert _listed(out) == ["0_+tag=x,lr=0.001", "1_+tag=true,lr=0.001", "2_+tag=x,lr=0.001", "3_+tag=true,lr=0.001",
+                            "4_+tag=x,lr=0.001", "5_+tag=true,lr=0.001", "6_+tag=x,lr=0.0025", "7_+tag=true,lr=0.0025"]
+    for i, one in enumerate(('lr="1e-3"', "lr=1e-3", "lr=.001")):  # a sweep of one point names its key too
+        (tmp_path / str(i)).mkdir()
+        assert _listed(_dry_run(tmp_path / str(i), one)[1].stdout) == ["0_lr=0.001"], one
+
+
+def test_a_rerun_finds_the_run_dirs_an_older_version_named_as_typed(tmp_path):
+    """Before names by value, a run dir was named by its override as typed (0_lr="1e-3"): a rerun keeps it."""
+    (tmp_path / "s" / '0_lr="1e-3"').mkdir(parents=True)
+    assert _listed(_dry_run(tmp_path, 'lr="1e-3"')[1].stdout) == ['0_lr="1e-3"']
+    (tmp_path / "s" / "0_lr=0.001").mkdir()  # both there: the name by value
+    assert _listed(_dry_run(tmp_path, 'lr="1e-3"')[1].stdout) == ["0_lr=0.001"]

@@ -49,7 +49,12 @@ def default_metric(records: List[RunRow], last_values: Dict[int, Dict[str, float
     if declared:
         return str(declared["metric"])
     have = any("val/loss" in r.metrics or "val/loss" in last_values.get(r.idx, {}) for r in records)
-    return "val/loss" if have else "train/loss"
+    if have:
+        return "val/loss"
+    if any("train/loss" in r.metrics or "train/loss" in last_values.get(r.idx, {}) for r in records):
+        return "train/loss"
+    own = next((k for r in records for k in r.metrics), None)  # any Hydra app: the first metric it returned
+    return own or "train/loss"
 
 
 def default_mode(metric: str, records: Optional[List[RunRow]] = None) -> Direction:

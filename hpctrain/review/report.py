@@ -40,6 +40,9 @@ MAX_ERRORS = 10  # failed runs whose error is printed on the terminal (report.md
 
 def _table(ranking: Ranking, swept: List[str], con: Any) -> None:
     other = "val/loss" if ranking.metric == "train/loss" else "train/loss"
+    records = [x.record for x in ranking.runs]
+    if not any(other in r.metrics for r in records):  # any Hydra app: its other returned metric, if any
+        other = next((k for r in records for k in r.metrics if k != ranking.metric), other)
     headers = ["rank", "#", ", ".join(swept) or "overrides", "state", ranking.metric, other, "step", "elapsed"]
     rows, styles, row_styles = [], [], []
     for x in ranking.runs:
@@ -50,7 +53,10 @@ def _table(ranking: Ranking, swept: List[str], con: Any) -> None:
                      fmt.bar(r.step, r.max_steps, width=0).split(" ")[0], fmt.duration(r.elapsed_s)])
         styles.append([None, None, None, None if is_best else fmt.STATE_STYLE.get(r.state), None, None, None, None])
         row_styles.append("bold green" if is_best else None)
-    fmt.table(con, headers, rows, right=(0, 1, 4, 5, 6, 7), styles=styles, row_styles=row_styles)
+    if not any(x.record.step for x in ranking.runs):  # an app without steps (any Hydra app): no empty column
+        headers, rows, styles = [h for i, h in enumerate(headers) if i != 6], [r[:6] + r[7:] for r in rows], \
+            [s[:6] + s[7:] for s in styles]
+    fmt.table(con, headers, rows, right=tuple(range(4, len(headers))) + (0, 1), styles=styles, row_styles=row_styles)
 
 
 def _plots(ranking: Ranking, curves: Dict[int, Dict[str, Curve]], swept: List[str], sweep_dir: Path,

@@ -25,13 +25,17 @@ def print_table(snap: Snapshot, con: Any, cost_of: Optional[Dict[int, costs.Cost
     fancy = fmt.unicode_ok(con)
     objective = snap.objective()
     metric = str(objective["metric"]) if objective and objective.get("metric") != "train/loss" else None
-    headers = ["trial" if snap.sweep.search is not None else "#", ", ".join(snap.sweep.swept) or "overrides", "state", "progress", "loss"]
+    # an app that logs no train/loss (any Hydra app): its own returned metric, first of them, in that column
+    own = [] if any(r.loss is not None for r in snap.runs) else list(dict.fromkeys(k for r in snap.runs for k in r.metrics))
+    shown = next((k for k in own if k != metric), None)
+    headers = ["trial" if snap.sweep.search is not None else "#", ", ".join(snap.sweep.swept) or "overrides", "state",
+               "progress", shown or "loss"]
     headers += [f"{metric} ({objective.get('mode', 'min')})"] if metric else []
     headers += ["elapsed", "restarts", "GPU-h", "log"]
     rows, styles = [], []
     for r in snap.runs:
         row = [str(r.idx), fmt.label(r.values, r.overrides), r.state, fmt.bar(r.step, r.max_steps, fancy=fancy),
-               fmt.number(r.loss)]
+               fmt.number(r.metrics.get(shown) if shown else r.loss)]
         row += [fmt.number(r.metrics.get(metric))] if metric else []
         rows.append(row + [fmt.duration(r.elapsed_s), str(r.restarts), costs.shown((cost_of or {}).get(r.idx)),
                            fmt.short_path(r.log)])

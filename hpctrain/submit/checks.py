@@ -61,6 +61,8 @@ def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[s
     for key in ("num_classes", "num_features", "vocab_size", "seq_len", "train_size"):
         value = _select(plain, f"data.{key}")
         minimum = 2 if key in ("num_classes", "vocab_size") else 1
+        if key == "num_classes" and _select(plain, "data.num_targets") is not None:
+            minimum = 1  # a regression's output count (data=regression): one per target value
         if isinstance(value, int) and value < minimum:
             problems.append(f"data.{key}={value}: expected an integer >= {minimum}")
     shape = [_select(plain, f"data.{key}") for key in ("channels", "image_size", "num_features")]

@@ -20,12 +20,14 @@ class CodeStage:
         self.options = options  # hydra.launcher.snapshot
         self.container = container  # hydra.launcher.container
         self.copy: Optional[snapshot.CodeCopy] = None  # planned by plan(); None: no snapshot
+        self.app: Optional[Path] = None  # the app's own directory (snapshot.app_dir); None: hpctrain's app
 
     def plan(self, sweep_dir: Path) -> List[str]:
         """What the snapshot would copy, and its problems; planned once per process (one per sweep)."""
         options, problems = snapshot.read_options(self.options)
         if options is not None and self.copy is None:
-            self.copy = snapshot.plan(options, cwd(), Files.next_in(sweep_dir).code_dir, exclude=[sweep_dir])
+            self.copy = snapshot.plan(options, cwd(), Files.next_in(sweep_dir).code_dir, exclude=[sweep_dir],
+                                      app=self.app)
         return problems + (self.copy.problems if self.copy else [])
 
     def place(self, files: Files) -> None:
@@ -63,11 +65,11 @@ class CodeStage:
                 raise LaunchError(f"nothing submitted: cannot write the code snapshot {self.copy.code_dir}: {exc}")
         elif self.copy is None:
             self.say()
-        repos = self.copy.repos if self.copy else snapshot.source_repos(cwd())
+        repos = self.copy.repos if self.copy else snapshot.source_repos(cwd(), self.app)
         runs = [r.idx for r in submission.runs] if submission.calling != Calling.POSITIONAL else []
         record_path = provenance.write(
             submission.files.base, submission.sweep_dir, runs=runs, repos=repos,
-            code_dir=self.copy.code_dir if self.copy else None,
+            code_dir=self.copy.code_dir if self.copy else None, app_dir=self.copy.app_dir if self.copy else self.app,
             python_path=self.copy.python_path(cwd()) if self.copy else None, job_python=submission.python,
             image=self.container.image)
         context = snapshot.relocate_search_path(hydra_context, self.copy) if self.copy else hydra_context

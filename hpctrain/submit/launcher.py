@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from hpctrain.core import events, manifest, redact
 from hpctrain.core import paths as runfiles
 from hpctrain.core.run import RunSpec
-from hpctrain.submit import provenance, rerun
+from hpctrain.submit import provenance, rerun, snapshot
 from hpctrain.submit.code import CodeStage
 from hpctrain.submit.container import check_container, container_command, default_binds
 from hpctrain.submit.errors import LaunchError
@@ -64,6 +64,7 @@ class BaseLauncher(Launcher):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+        self.code.app = snapshot.app_dir(task_function)  # the app's own code: snapshot and record it
         # here, not in launch(): Hydra's sweeper creates the sweep dir between the two
         problems = _check_writable(Path(str(config.hydra.sweep.dir)).absolute())
         if ":" in os.getcwd():  # the snapshot's copy of it goes on PYTHONPATH, which ':' splits
@@ -156,7 +157,9 @@ class BaseLauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         if not self.names_decided:  # a sweeper that did not say the whole sweep: this launch is all of it
             exclude_from_names(self.config, constant_keys(job_overrides) + redact.secret_keys(job_overrides))
-        runs, problems = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx, self._inspect())
+        # the user's own app (its code in the snapshot): run dirs named by values; an installed one keeps Hydra's
+        runs, problems = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx, self._inspect(),
+                                   by_values=self.code.app is not None)
         problems = self.check(runs, sweep_dir) + problems
         if problems:
             lines = "\n".join(f"  {p}" for p in problems)

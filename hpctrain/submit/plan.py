@@ -33,11 +33,12 @@ from hydra.core.override_parser.types import OverrideType
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hpctrain._compat.hydra import apply_overrides, get_overrides_dirname, group_checker
+from hpctrain._compat.hydra import apply_overrides, group_checker
 from hpctrain._compat.omegaconf import interpolation_parser_memoized
 from hpctrain.core.run import RunSpec
 from hpctrain.schema import DIRNAME_TEMPLATE
 from hpctrain.schema import dirname as hpctrain_dirname
+from hpctrain.submit import naming
 
 # A point's problems, checked while its config is at hand: (its config, its resolved plain copy when the
 # plan has one at hand cheaply, else None).
@@ -100,10 +101,18 @@ class _Base:
     job_name: str
     dirname: Dict[str, Any]  # hydra.job.config.override_dirname
     template: Optional[List[Tuple[str, Optional[str]]]]  # subdir as (text, hydra.job key) pieces; None: resolve
+    typed_template: Optional[List[Tuple[str, Optional[str]]]] = None  # the app's own subdir (older sweeps' names)
     working: Dict[Tuple[str, ...], "_Working"] = field(default_factory=dict)  # shared config per set of keys
     naming: Optional[DictConfig] = None  # hydra.job values and hydra.sweep.subdir, to resolve run dir names
     plain: Any = _UNSET  # ``task`` resolved to plain containers, and where it holds interpolations
     readers: Dict[Tuple[str, ...], List[str]] = field(default_factory=dict)  # per key set: interpolations to redo
+    _sweep_dir_exists: Optional[bool] = None
+
+    def sweep_dir_exists(self) -> bool:
+        """Whether the sweep dir is there already (a rerun): asked once per base."""
+        if self._sweep_dir_exists is None:
+            self._sweep_dir_exists = Path(self.sweep_dir).is_dir()
+        return self._sweep_dir_exists
 
     def resolved(self) -> Optional[Tuple[Dict[str, Any], List[Tuple[str, str]]]]:
         """``task`` as plain containers (made once), and the dotted key and text of each interpolated value
@@ -146,17 +155,19 @@ class OverrideCache:
 
 
 def plan_runs(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
-              first_idx: int, inspect: Optional[Inspect] = None) -> Tuple[List[Run], List[str]]:
+              first_idx: int, inspect: Optional[Inspect] = None,
+              by_values: bool = False) -> Tuple[List[Run], List[str]]:
     """The runs of the good points, and one line per bad point (all of them, not just the first).
 
     ``inspect`` is called on every point's config (validation): its lines are that point's problems.
+    ``by_values``: an app that keeps Hydra's default subdir gets run dirs named by its swept values.
     """
     with interpolation_parser_memoized():
-        return _plan(ctx, config, job_overrides, first_idx, inspect)
+        return _plan(ctx, config, job_overrides, first_idx, inspect, by_values)
 
 
 def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
-          first_idx: int, inspect: Optional[Inspect]) -> Tuple[List[Run], List[str]]:
+          first_idx: int, inspect: Optional[Inspect], by_values: bool = False) -> Tuple[List[Run], List[str]]:
     loader = ctx.config_loader
     parse = OverrideCache()
     group_exists = group_checker(loader)
@@ -177,7 +188,7 @@ def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequenc
                         is_group[o.key_or_group] = group_exists(o.key_or_group.split("@")[0])
                 groups = tuple(o.input_line for o in parsed if is_group[o.key_or_group])
                 if groups not in bases:
-                    bases[groups] = _split(loader.load_sweep_config(config, list(groups)))
+                    bases[groups] = _split(loader.load_sweep_config(config, list(groups)), by_values)
                 base = bases[groups]
                 values = [o for o in parsed if not is_group[o.key_or_group]]
                 cfg = _point_config(base, values)
@@ -315,7 +326,7 @@ def _maker(base: _Base, values: List[Any]) -> Callable[[], DictConfig]:
     return make
 
 
-def _split(full: DictConfig) -> _Base:
+def _split(full: DictConfig, by_values: bool = False) -> _Base:
     task = copy.deepcopy(full)
     with open_dict(task):
         del task["hydra"]
@@ -326,8 +337,21 @@ def _split(full: DictConfig) -> _Base:
         sweep_dir=str(full.hydra.sweep.dir),
         job_name=str(full.hydra.job.name),
         dirname=OmegaConf.to_container(full.hydra.job.config.override_dirname, resolve=True),
-        template=_template(subdir),
+        template=_template(_named_by_values(full, subdir) if by_values else subdir),
+        typed_template=_template(subdir),
     )
+
+
+HYDRA_SUBDIR = "${hydra.job.num}"  # Hydra's own hydra.sweep.subdir: run dirs 0, 1, 2
+
+
+def _named_by_values(full: DictConfig, subdir: Any) -> Any:
+    """Hydra's default subdir (a user's app that keeps it) becomes hpctrain's: run dirs named by index and
+    swept values, as for hpctrain's own app. A subdir the command line sets is kept as it is."""
+    typed = OmegaConf.to_container(full.hydra.overrides.hydra, resolve=False)  # as typed: not resolved here
+    if subdir != HYDRA_SUBDIR or any(str(o).lstrip("+").startswith("hydra.sweep.subdir=") for o in typed):
+        return subdir
+    return DIRNAME_TEMPLATE
 
 
 _JOB_REF = re.compile(r"\$\{hydra\.job\.(num|id|name|override_dirname)\}")
@@ -353,14 +377,26 @@ def _template(subdir: Any) -> Optional[List[Tuple[str, Optional[str]]]]:
 
 
 def _run_dir(base: _Base, parsed: List[Any], idx: int) -> Path:
-    """Resolve hydra.sweep.subdir for one point from the few values it may use (as run_job would)."""
-    dirname = get_overrides_dirname(overrides=parsed, kv_sep=base.dirname["kv_sep"],
-                                    item_sep=base.dirname["item_sep"], exclude_keys=base.dirname["exclude_keys"])
-    if base.template is not None:
+    """Resolve hydra.sweep.subdir for one point from the few values it may use (as run_job would); named by
+    the parsed values. A run dir an older sweep named by the lines as typed is kept (a rerun finds it)."""
+    seps = (base.dirname["exclude_keys"], base.dirname["item_sep"], base.dirname["kv_sep"])
+    dirname = naming.override_dirname(parsed, *seps)
+    run_dir = _subdir(base, idx, dirname)
+    typed = naming.legacy(parsed, *seps)
+    if (typed != dirname or base.typed_template != base.template) and base.sweep_dir_exists() and not run_dir.exists():
+        older = _subdir(base, idx, typed, base.typed_template)
+        if older.exists():
+            return older
+    return run_dir
+
+
+def _subdir(base: _Base, idx: int, dirname: str, template: Any = _UNSET) -> Path:
+    template = base.template if template is _UNSET else template
+    if template is not None:
         job = {"num": str(idx), "id": f"plan_{idx}", "name": base.job_name, "override_dirname": dirname}
-        if base.template == [("", "hpctrain")]:
+        if template == [("", "hpctrain")]:
             return Path(base.sweep_dir) / hpctrain_dirname(idx, dirname)
-        return Path(base.sweep_dir) / "".join(text if key is None else job[key] for text, key in base.template)
+        return Path(base.sweep_dir) / "".join(text if key is None else job[key] for text, key in template)
     if base.naming is None:  # one naming config per base; each point sets its values into it
         base.naming = OmegaConf.create({"hydra": {
             "job": {"num": idx, "id": "", "name": base.job_name, "override_dirname": ""},
@@ -377,10 +413,9 @@ def _full_compose(loader: Any, config: DictConfig, parsed: List[Any], idx: int,
     job = cfg.hydra.job
     with open_dict(job):
         job.num, job.id = idx, f"plan_{idx}"
-        job.override_dirname = get_overrides_dirname(
-            overrides=parsed, kv_sep=job.config.override_dirname.kv_sep,
-            item_sep=job.config.override_dirname.item_sep,
-            exclude_keys=list(job.config.override_dirname.exclude_keys))
+        job.override_dirname = naming.override_dirname(
+            parsed, exclude_keys=list(job.config.override_dirname.exclude_keys),
+            item_sep=job.config.override_dirname.item_sep, kv_sep=job.config.override_dirname.kv_sep)
     run_dir = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
     return run_dir, _split(cfg).task
 

@@ -67,7 +67,8 @@ def _image(path: str) -> Dict[str, Any]:
 
 
 def write(folder: Path, sweep_dir: Path, *, runs: Sequence[int], repos: Sequence[Path], code_dir: Optional[Path],
-          python_path: Optional[List[str]], job_python: str, image: Optional[str]) -> Path:
+          python_path: Optional[List[str]], job_python: str, image: Optional[str],
+          app_dir: Optional[Path] = None) -> Path:
     """The record, before the jobs exist (their ids are added by :func:`add_job_ids`)."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -82,6 +83,9 @@ def write(folder: Path, sweep_dir: Path, *, runs: Sequence[int], repos: Sequence
         "python_version": platform.python_version(),
         "hpctrain_version": version,
         "repositories": [_repo_state(root, folder, n, [sweep_dir]) for n, root in enumerate(repos)],
+        # the app's own directory where no git work tree holds it (its commit is then unknown)
+        "app_dir": str(app_dir) if app_dir is not None and not any(Path(r) in (app_dir, *app_dir.parents)
+                                                                     for r in repos) else None,
         "snapshot": str(code_dir) if code_dir else None,
         "job_env": redact_env({"PYTHONPATH": os.pathsep.join(python_path), "PYTHONSAFEPATH": "1"}
                               if python_path else {}),
@@ -128,7 +132,7 @@ def for_run(sweep_dir: Path, idx: int, run_dir: Optional[Path] = None) -> Tuple[
 
 def code_lines(path: Path, record: Dict[str, Any]) -> List[str]:
     """One line per repository: its commit, and "with local changes" when it had any."""
-    lines = []
+    lines = [f"{record['app_dir']} (the app's directory; no git work tree, so no commit)"] if record.get("app_dir") else []
     for repo in record.get("repositories", []):
         commit = repo["commit"][:12] if repo.get("commit") else "(no commit yet)"
         changes = ""

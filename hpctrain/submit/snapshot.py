@@ -29,6 +29,7 @@ SKIP_NAMES = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ipynb_che
 OUTPUT_MARKERS = {".hydra", ".submitit", ".hpctrain"}  # a directory holding one is a run's or sweep's output
 MB = 1024 * 1024
 BIGGEST = 5  # files named when the size cap is exceeded
+SOURCE_SUFFIXES = (".py", ".yaml", ".yml", ".toml", ".json", ".cfg", ".ini")  # an app's code outside git
 
 
 @dataclass
@@ -181,6 +182,7 @@ class CodeCopy:
     code_dir: Path = Path()  # <sweep>/.hpctrain/submission-N/code
     files: Dict[str, int] = field(default_factory=dict)  # absolute source path -> size in bytes
     repos: List[Path] = field(default_factory=list)  # the git work trees among them
+    app_dir: Optional[Path] = None  # the app's own directory where it is in no git work tree
     notes: List[str] = field(default_factory=list)  # said when the snapshot is taken
     problems: List[str] = field(default_factory=list)
     taken: bool = False
@@ -240,29 +242,69 @@ class CodeCopy:
         return time.perf_counter() - start
 
 
-def code_sources(cwd: Path) -> Tuple[List[Tuple[Path, bool]], str]:
-    """(directory, is a git work tree) for the launch dir's work tree and the hpctrain checkout, and why
-    the launch dir is in no work tree ("" when it is)."""
+def app_dir(task_function: Any) -> Optional[Path]:
+    """The directory of the app's task function (``python ~/proj/train.py``), where it is the user's own
+    code: not hpctrain's app, not a package installed into site-packages or the standard library."""
+    import inspect
+
+    import hpctrain
+
+    try:
+        task_file = inspect.getsourcefile(inspect.unwrap(task_function))
+    except (TypeError, OSError):
+        return None
+    if not task_file:
+        return None
+
+    path = Path(os.path.realpath(task_file))
+    installed = [Path(hpctrain.__file__).resolve().parent]
+    installed += [Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib", "stdlib")]
+    if not path.is_file() or any(p == path.parent or p in path.parents for p in installed):
+        return None
+    return path.parent
+
+
+def code_sources(cwd: Path, app: Optional[Path] = None) -> Tuple[List[Tuple[Path, bool]], str]:
+    """(directory, is a git work tree) for the app's own work tree (or its directory), the launch dir's work
+    tree and the hpctrain checkout, and why the launch dir is in no work tree ("" when it is)."""
+    sources: List[Tuple[Path, bool]] = []
+    if app is not None:  # first: the app's commit is the one a report names first
+        app_top = git_toplevel(app)[0]
+        sources.append((app_top, True) if app_top else (app, False))
     top, why = git_toplevel(cwd)
     note = "" if top else f"{cwd} is not in a git work tree{' (' + why + ')' if why else ''}"
-    sources: List[Tuple[Path, bool]] = [(top, True)] if top else []
+    if top:
+        sources.append((top, True))
     checkout = hpctrain_checkout()
     if checkout is not None:
         checkout_top = git_toplevel(checkout)[0]
         sources.append((checkout_top or checkout, checkout_top is not None))
-    return sources, note
+    seen: Set[Path] = set()
+    unique = []
+    for root, is_git in sources:
+        if root.resolve() not in seen:
+            seen.add(root.resolve())
+            unique.append((root, is_git))
+    return unique, note
 
 
-def source_repos(cwd: Path) -> List[Path]:
+def source_repos(cwd: Path, app: Optional[Path] = None) -> List[Path]:
     """The git work trees a snapshot would come from (for the record when there is no snapshot)."""
-    return list(dict.fromkeys(root.resolve() for root, is_git in code_sources(cwd)[0] if is_git))
+    return list(dict.fromkeys(root.resolve() for root, is_git in code_sources(cwd, app)[0] if is_git))
 
 
-def plan(options: SnapshotOptions, cwd: Path, code_dir: Path, exclude: Sequence[Path] = ()) -> CodeCopy:
-    """Which files the snapshot would hold, the notes to print and the problems (size cap, bad paths)."""
+def plan(options: SnapshotOptions, cwd: Path, code_dir: Path, exclude: Sequence[Path] = (),
+         app: Optional[Path] = None) -> CodeCopy:
+    """Which files the snapshot would hold, the notes to print and the problems (size cap, bad paths).
+    ``app``: the directory of the app's own task function (:func:`app_dir`)."""
     snap = CodeCopy(code_dir=code_dir)
-    sources, note = code_sources(cwd)
-    if note:
+    sources, note = code_sources(cwd, app)
+    plain_app = app is not None and (app, False) in sources  # the app's directory, in no git work tree
+    if plain_app:
+        snap.app_dir = app
+        snap.notes.append(f"the app's directory {app} is not in a git work tree: the code snapshot holds its "
+                          f"source and config files ({', '.join(SOURCE_SUFFIXES)}; no commit to record)")
+    if note and app is None:
         snap.notes.append(f"{note}: the code snapshot holds only hydra.launcher.snapshot.paths and an "
                           f"editable hpctrain checkout")
     for i, raw in enumerate(options.paths):
@@ -281,6 +323,8 @@ def plan(options: SnapshotOptions, cwd: Path, code_dir: Path, exclude: Sequence[
         else:
             try:
                 names, dropped = _keep(_git_files(root) if is_git else _walk_files(root))
+                if plain_app and root == app:  # a directory of anything (a home dir): its code, not its data
+                    names = [n for n in names if n.endswith(SOURCE_SUFFIXES)]
             except GitError as exc:
                 snap.problems.append(f"code snapshot of {root}: {exc}")
                 continue

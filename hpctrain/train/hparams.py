@@ -4,7 +4,10 @@ The hyperparameters are the keys whose values differ between the runs of this ru
 sweep.json beside the run dir; a run outside a sweep: the keys its command line set), each marked
 ``differs`` so TensorBoard shows them first; a config group by its chosen option (``model=cnn``). The
 constants go into the run's config text (TensorBoard's Text tab), not into the table. The metrics are the
-objective, then the other final values, as the scalar tags the run logs.
+objective, then the losses, then the other final values, as the scalar tags the run logs (:func:`first_things_first`).
+
+TensorBoard's Time Series tab sorts cards by tag name; its Custom Scalars tab keeps the order a run's layout
+gives: :func:`layout` puts the objective first, then the losses (train and val on one chart), then the rest.
 """
 
 from pathlib import Path
@@ -68,7 +71,7 @@ def run_summaries(cfg: DictConfig, last: Mapping[str, float], run_dir: Optional[
     plain = redact_config(cfg)
     flat = flatten(plain)
     table = {key: flat.get(key, value) for key, value in swept.items()}
-    tags = [cfg.objective.metric] + [k for k in last if k != cfg.objective.metric]
+    tags = first_things_first(cfg.objective.metric, list(last))
     config = text("config", "```yaml\n" + OmegaConf.to_yaml(OmegaConf.create(plain)) + "```")
     return summaries(table, [t for t in tags if t in last and not t.startswith("perf/")], swept) + [config]
 
@@ -82,3 +85,31 @@ def flatten(node: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value if isinstance(value, (int, float, str, bool)) else str(value)
     return out
+
+
+def first_things_first(objective: str, tags: List[str]) -> List[str]:
+    """The objective, then the losses (``train/loss``, ``val/loss``, ...), then ``val/*``, then the rest, each in
+    the order given: what a reader looks at first."""
+    def rank(tag: str) -> int:
+        if tag == objective:
+            return 0
+        if tag.rsplit("/", 1)[-1] == "loss":
+            return 1
+        return 2 if tag.startswith("val/") else 3
+    return sorted(dict.fromkeys(tags), key=rank)  # stable: ties keep their order
+
+
+def layout(objective: str, metric_names: List[str]) -> Dict[str, Dict[str, List[Any]]]:
+    """The Custom Scalars tab's layout for a run (``SummaryWriter.add_custom_scalars``): categories in order,
+    the objective first, then the losses, the other metrics, training and throughput."""
+    losses = first_things_first(objective, ["train/loss", "val/loss"])
+    metrics = [f"val/{name}" for name in metric_names if f"val/{name}" != objective]
+    categories: Dict[str, Dict[str, List[Any]]] = {
+        "objective": {f"{objective} (objective)": ["Multiline", [objective]]},
+        "losses": {"train/loss and val/loss": ["Multiline", losses]},
+    }
+    if metrics:
+        categories["metrics"] = {tag: ["Multiline", [tag]] for tag in metrics}
+    categories["training"] = {"train/lr": ["Multiline", ["train/lr"]], "train/grad_norm": ["Multiline", ["train/grad_norm"]]}
+    categories["throughput"] = {"perf": ["Multiline", [r"perf/.*"]]}
+    return categories

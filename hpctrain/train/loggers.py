@@ -42,12 +42,14 @@ class NullLogger:
 class RunLogger(NullLogger):
     """TensorBoard scalars in ``<run_dir>/tb`` and progress in ``<run_dir>/metrics.json``."""
 
-    def __init__(self, run_dir: Path, start_step: int) -> None:
+    def __init__(self, run_dir: Path, start_step: int, layout: Optional[Dict[str, Any]] = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = Path(run_dir)
         # purge_step: after a requeue, events past the checkpoint are dropped (no doubled stretch of curve)
         self.writer = SummaryWriter(str(self.run_dir / runfiles.TB_DIR), purge_step=start_step or None)
+        if layout:
+            self.writer.add_custom_scalars(layout)  # the Custom Scalars tab: the objective and losses first
 
     def scalars(self, values: Dict[str, float], step: int) -> None:
         for tag, value in values.items():

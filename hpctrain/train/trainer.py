@@ -87,7 +87,8 @@ class Trainer:
             loss = loss.to(self.device)  # a loss class with buffers (class weights)
         self.forward = Forward(loss, cfg.loss._target_, self.raw_model)
         self.metric_fns = build_metrics(cfg.metrics)
-        preflight.check(cfg, self.raw_model, self.forward, self.train_set, self.metric_fns, self.device)
+        self.metric_fns = preflight.check(cfg, self.raw_model, self.forward, self.train_set, self.metric_fns,
+                                          self.device)
         if info.is_main:
             summary.write(self.run_dir, max_steps=cfg.max_steps, started=time.time(),
                           world_size=info.world_size, host=socket.gethostname(), pid=os.getpid())
@@ -106,7 +107,8 @@ class Trainer:
         self.data = MicroBatches(self.train_set, sampler, self.device, cfg.num_workers, cfg.seed)
         self.checkpointer = Checkpointer(self.run_dir / runfiles.CKPT, cfg.ckpt_every, info, self, self.data)
         self.checkpointer.load()  # the newest complete checkpoint, if any: sets step, data position, RNG
-        self.logger = RunLogger(self.run_dir, self.step) if info.is_main else NullLogger()
+        layout = hparams.layout(cfg.objective.metric, list(self.metric_fns))
+        self.logger = RunLogger(self.run_dir, self.step, layout) if info.is_main else NullLogger()
         self.evaluated_at: Optional[int] = None
 
     def _wrap(self, model: nn.Module) -> nn.Module:

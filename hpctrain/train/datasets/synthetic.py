@@ -56,6 +56,27 @@ def gaussian_classes(
     return Splits(draw(train_size), draw(val_size))
 
 
+def smooth_regression(
+    num_features: int, num_targets: int, train_size: int, val_size: int, noise: float = 0.1, seed: int = 1234,
+    num_classes: Optional[int] = None,
+) -> Splits:
+    """Float targets ``sin(x @ w)`` per target value: ``(N,)`` for one target, ``(N, num_targets)`` for more.
+
+    ``num_classes`` is the config's output count (models read it); it must equal ``num_targets``."""
+    if num_classes is not None and num_classes != num_targets:
+        raise ValueError(f"data.num_classes={num_classes}: a regression has one output per target value, "
+                         f"expected data.num_targets={num_targets}")
+    g = _gen(seed)
+    weights = torch.randn(num_features, num_targets, generator=g) / num_features**0.5
+
+    def draw(n: int) -> TensorData:
+        x = torch.randn(n, num_features, generator=g)
+        y = torch.sin(2.0 * (x @ weights)) + noise * torch.randn(n, num_targets, generator=g)
+        return TensorData(x, y.squeeze(-1) if num_targets == 1 else y)
+
+    return Splits(draw(train_size), draw(val_size))
+
+
 def square_images(
     image_size: int, channels: int, num_classes: int, train_size: int, val_size: int, noise: float = 0.5,
     seed: int = 1234, num_features: Optional[int] = None,
