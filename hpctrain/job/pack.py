@@ -42,7 +42,7 @@ from hpctrain._compat.submitit import preemption_signal
 from hpctrain.core import paths as runfiles
 from hpctrain.core.state import FINAL, State
 from hpctrain.core.run import RunSpec
-from hpctrain.job.preemption import requeue_with
+from hpctrain.job.preemption import TERM_BY_PARENT_ENV, decides_term, requeue_with, term_is_preemption
 
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
 MEMORY_FRACTION_ENV = "HPCTRAIN_GPU_MEMORY_FRACTION"
@@ -129,7 +129,9 @@ class PackJob:
                 if spec.idx not in codes:
                     os.kill(pid, sig)
 
+        terms: List[float] = []  # SIGTERMs not yet told apart (a preemption's grace time, or a cancel)
         signal.signal(signum, pass_on)
+        term_handler = signal.signal(signal.SIGTERM, lambda sig, frame: terms.append(time.time()))
         for (spec, point), (gpu, cpus) in zip(todo, placed):
             children.append((spec, self._fork(spec, point, gpu, cpus)))
             print(f"hpctrain pack: started #{spec.idx} {spec.name} (pid {children[-1][1]}, "
@@ -140,6 +142,12 @@ class PackJob:
             look = time.time() >= next_look  # `hpctrain cancel --run N` writes `cancelled` into run N's record
             if look:
                 next_look = time.time() + CANCEL_LOOK_S
+            if terms:
+                terms.clear()
+                if decides_term() and not preempted and term_is_preemption():
+                    print("hpctrain pack: SIGTERM with the job still running (a preemption's grace time): "
+                          "the runs checkpoint as on the preemption signal", flush=True)
+                    pass_on(signum, None)
             late = bool(preempted) and time.time() >= preempted[0] + wait_s
             for spec, pid in children:
                 idx, run_dir = spec.idx, spec.run_dir
@@ -172,6 +180,7 @@ class PackJob:
                         summary.write(spec.run_dir)
                 raise
         signal.signal(signum, submitit_handler)
+        signal.signal(signal.SIGTERM, term_handler)
         bad = {i: c for i, c in codes.items() if c not in (0, REQUEUE_EXIT) and i not in cancelled}
         if bad:
             raise RuntimeError(f"{len(bad)} of {len(children)} packed run(s) failed (exit codes {bad}); "
@@ -273,6 +282,8 @@ def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
         os._exit(REQUEUE_EXIT)
 
     signal.signal(signum, requeue)
+    signal.signal(signal.SIGTERM, lambda sig, frame: None)  # the parent tells a SIGTERM apart, and passes USR2 on
+    os.environ[TERM_BY_PARENT_ENV] = "1"
     fraction = os.environ.get(MEMORY_FRACTION_ENV)
     if fraction:
         import torch
