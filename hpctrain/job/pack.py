@@ -21,7 +21,8 @@ requeues the task. A child still saving when :func:`checkpoint_wait_s` has passe
 less a margin for the requeue itself) is killed and recorded ``requeued``: it resumes from its last
 complete checkpoint, and one slow run does not cost the whole task its requeue. A requeued or retried
 task runs again only the runs of its pack that have not ended (completed runs, and runs whose retries
-are used up, are left alone).
+are used up, are left alone). A SIGTERM is told apart by this parent (:func:`term_is_preemption`): for a
+preemption's grace time it passes USR2 on as above; the children leave SIGTERM to it.
 
 Cancel: ``hpctrain cancel --run N`` of a packed run writes ``cancelled`` into that run's record and leaves
 the task alone; the task reads its running runs' records every :data:`CANCEL_LOOK_S`, stops a cancelled
