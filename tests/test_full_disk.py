@@ -135,3 +135,25 @@ def test_a_run_dir_at_zero_bytes_free_leaves_the_error_in_the_job_log_and_the_la
         assert _temp_files(run_dir) == []
         status = run_hpctrain(["status", str(sweep)], cwd=tmp_path, timeout=120, check=False).stdout
         assert sorted((sweep / ".submitit").glob("*_log.err"))[-1].name in status, status  # where to look
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_on_slurm_a_run_dir_full_during_a_checkpoint_is_said_and_not_retried(tmp_path):
+    sweep = tmp_path / "sweep"
+    run_dir = sweep / RUN_NAME
+    with tmpfs(run_dir, "2m"):
+        args = [a for a in RUN if a != "hydra/launcher=local"]
+        proc = run_hpctrain(["-m", *args, "hydra/launcher=slurm", "hydra.launcher.wait=true",
+                             f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=300, check=False)
+        said = f"the file system of {run_dir}/checkpoints is full"
+        record = json.loads((run_dir / "metrics.json").read_text())
+        assert record["status"] == "failed" and said in record["error"].splitlines()[-1], proc.stdout + proc.stderr
+        assert record_kinds(run_dir).count("started") == 1  # not retried
+        assert _temp_files(run_dir) == []
+        logs = "".join(p.read_text(errors="replace") for p in (sweep / ".submitit").rglob("*")
+                       if p.is_file() and p.suffix in (".err", ".out"))
+        assert f"hpctrain: run {RUN_NAME} failed: {said}" in logs  # the job's own log
+        assert "the same error would come back on every attempt, not retried" in logs  # the batch script's
+        status = run_hpctrain(["status", str(sweep)], cwd=tmp_path, timeout=120, check=False).stdout
+        assert said in status, status
