@@ -108,8 +108,9 @@ def test_crash_is_retried_and_always_failing_run_ends_failed(tmp_path):
 
 
 def test_preempted_two_rank_run_agrees_on_the_step_and_resumes(tmp_path):
-    """Both ranks get USR2; they agree at a log step, rank 0 checkpoints, the job requeues and resumes, and
-    ends with the weights of the same two-rank run never interrupted."""
+    """Both ranks get USR2; they agree on the step (within one step, not only at log steps), rank 0
+    checkpoints, the job requeues and resumes, and ends with the weights of the same two-rank run never
+    interrupted."""
     sweep = tmp_path / "sweep"
     run_hpctrain(["-m", "+tag=preempted,uninterrupted", "max_steps=1000", "log_every=10", "eval_every=0",
                   "ckpt_every=0", "model.hidden=64", "hydra/launcher=slurm", "hydra.launcher.tasks_per_node=2",
@@ -122,7 +123,7 @@ def test_preempted_two_rank_run_agrees_on_the_step_and_resumes(tmp_path):
         subprocess.run(["scancel", "--signal=USR2", "--full", f"{job}_0"], check=True)
         wait_for(lambda: metrics(run_dir).get("status") == "requeued", 60, "the checkpoint on USR2")
         stopped_at = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["step"]
-        assert stopped_at % 10 == 0 and stopped_at < 1000  # a log step: where the ranks compare notes
+        assert 100 <= stopped_at < 1000  # any step: the ranks agree on a stop one step after it was asked
         wait_for(lambda: all(metrics(d).get("status") == "completed" for d in (run_dir, uninterrupted)), 400,
                  "both runs to complete")
         assert f"at step {stopped_at}" in (run_dir / "hpctrain.log").read_text()

@@ -1,6 +1,8 @@
 """Temp file + rename, and a lock beside a file: how hpctrain writes its own files.
 
-Readers see the old file or the whole new one, never a part (as submitit's ``temporary_save_path``).
+Readers see the old file or the whole new one, never a part (as submitit's ``temporary_save_path``); a
+write that fails leaves no temp file, and one that fails for want of space raises
+:class:`~hpctrain.core.errors.DiskFullError` naming the file system.
 A read-modify-write that two processes may do at once takes :func:`locked` first. No torch here.
 """
 
@@ -11,6 +13,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Union
+
+from hpctrain.core.errors import disk_full
 
 PathLike = Union[str, Path]
 
@@ -23,15 +27,21 @@ def replacing(path: PathLike) -> Iterator[Path]:
     """A temp path beside ``path``; renamed onto ``path`` when the block ends well, removed otherwise.
     For writers that need a file name of their own (``torch.save``)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise disk_full(exc, path.parent) or exc
     os.close(fd)
     try:
         yield Path(tmp)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; others on the shared storage may read
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        full = disk_full(exc, path.parent)
+        if full is not None and full is not exc:
+            raise full from exc
         raise
 
 

@@ -17,7 +17,7 @@ from typing import List, Optional
 
 from hpctrain.core import events, summary
 from hpctrain.core.state import State
-from hpctrain.core.errors import deterministic, last_line
+from hpctrain.core.errors import DiskFullError, deterministic, last_line
 from hpctrain.core.run import RunSpec
 from hpctrain.slurm import query as slurm
 
@@ -57,11 +57,24 @@ def task_run_dirs(runs_file: Path, index: int) -> List[Path]:
     return [RunSpec.from_json(spec, sweep_dir).run_dir for spec in tasks[index]]
 
 
+def ended_or_said(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "") -> Optional[int]:
+    """:func:`attempt_ended`; on a full disk, the record unwritable, one line on stderr and no retry."""
+    try:
+        return attempt_ended(run_dir, exit_code, max_retries, log_path)
+    except DiskFullError as full:
+        try:
+            print(f"hpctrain: {run_dir.name} (exit code {exit_code}) cannot be recorded: {full}", file=sys.stderr,
+                  flush=True)
+        except OSError:
+            pass
+        return None
+
+
 def main(argv: list) -> int:
     runs_file, index, exit_code, max_retries = argv[0], int(argv[1] or 0), int(argv[2]), int(argv[3])
     run_dirs = task_run_dirs(Path(runs_file), index)
     log = argv[4] if len(argv) > 4 else ""
-    retries = [attempt_ended(d, exit_code, max_retries, log) for d in run_dirs]  # every run decides, none skipped
+    retries = [ended_or_said(d, exit_code, max_retries, log) for d in run_dirs]  # every run decides, none skipped
     if any(r is not None for r in retries):
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
         job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job_id else os.environ.get("SLURM_JOB_ID", "")

@@ -16,9 +16,13 @@ share of its GPU's memory (``torch.cuda.set_per_process_memory_fraction``, set i
 
 Preemption: the signal (USR2) is taken by this parent, not by submitit's handler: it is passed on to
 every child, whose trainer checkpoints at its next step boundary, records ``requeued`` and exits
-with :data:`REQUEUE_EXIT`. Only once every child has ended does the parent hand the signal to
-submitit, which requeues the task. A requeued or retried task runs again only the runs of its pack
-that have not ended (completed runs, and runs whose retries are used up, are left alone).
+with :data:`REQUEUE_EXIT`. Once every child has ended the parent hands the signal to submitit, which
+requeues the task. A child still saving when :func:`checkpoint_wait_s` has passed (``signal_delay_s``
+less a margin for the requeue itself) is killed and recorded ``requeued``: it resumes from its last
+complete checkpoint, and one slow run does not cost the whole task its requeue. A requeued or retried
+task runs again only the runs of its pack that have not ended (completed runs, and runs whose retries
+are used up, are left alone). A SIGTERM is told apart by this parent (:func:`term_is_preemption`): for a
+preemption's grace time it passes USR2 on as above; the children leave SIGTERM to it.
 
 Cancel: ``hpctrain cancel --run N`` of a packed run writes ``cancelled`` into that run's record and leaves
 the task alone; the task reads its running runs' records every :data:`CANCEL_LOOK_S`, stops a cancelled
@@ -39,11 +43,19 @@ from hpctrain._compat.submitit import preemption_signal
 from hpctrain.core import paths as runfiles
 from hpctrain.core.state import FINAL, State
 from hpctrain.core.run import RunSpec
-from hpctrain.job.preemption import requeue_with
+from hpctrain.job.preemption import TERM_BY_PARENT_ENV, decides_term, requeue_with, term_is_preemption
 
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
 MEMORY_FRACTION_ENV = "HPCTRAIN_GPU_MEMORY_FRACTION"
 CANCEL_LOOK_S = 1.0  # how often the task reads its running runs' records for a cancel
+REQUEUE_MARGIN_S = 10.0  # of signal_delay_s, kept for the requeue itself (records, submitit's pickle, scontrol)
+
+
+def checkpoint_wait_s(signal_delay_s: float) -> float:
+    """How long after the preemption signal the task waits for its runs' checkpoints: what is left of
+    ``signal_delay_s`` once the requeue's margin (at most half of it) is set aside."""
+    delay = max(0.0, float(signal_delay_s))
+    return delay - min(REQUEUE_MARGIN_S, delay / 2)
 
 
 def slots(k: int, gpus: Sequence[str], cpus: Sequence[int]) -> List[Tuple[Optional[str], List[int]]]:
@@ -83,11 +95,13 @@ def task_cpus() -> List[int]:
 class PackJob:
     """The callable of a packed task: runs its points side by side, each in its own process."""
 
-    def __init__(self, payload: str, sweep_dir: str, memory_fraction: Optional[float] = None, app: str = "") -> None:
+    def __init__(self, payload: str, sweep_dir: str, memory_fraction: Optional[float] = None, app: str = "",
+                 signal_delay_s: float = 90.0) -> None:
         self.payload = payload
         self.sweep_dir = sweep_dir
         self.memory_fraction = memory_fraction
         self.app = app  # the task function's fingerprint, as SweepJob records it on completion
+        self.signal_delay_s = signal_delay_s  # the launcher's: the signal comes this long before the time limit
 
     def __call__(self, points: List[Dict[str, Any]]) -> Dict[int, str]:
         """``points``: the pack's runs as the plan decided them (:meth:`RunSpec.to_json`)."""
@@ -105,17 +119,20 @@ class PackJob:
         self._preload()
         signum = preemption_signal()
         submitit_handler = signal.getsignal(signum)
-        preempted = []
+        preempted: List[float] = []  # when the signal came
         children: List[Tuple[RunSpec, int]] = []
         codes: Dict[int, int] = {}
+        wait_s = checkpoint_wait_s(getattr(self, "signal_delay_s", 90.0))  # (a task pickled before it existed)
 
         def pass_on(sig: int, frame: Any) -> None:
-            preempted.append(sig)
+            preempted.append(time.time())
             for spec, pid in children:
                 if spec.idx not in codes:
                     os.kill(pid, sig)
 
+        terms: List[float] = []  # SIGTERMs not yet told apart (a preemption's grace time, or a cancel)
         signal.signal(signum, pass_on)
+        term_handler = signal.signal(signal.SIGTERM, lambda sig, frame: terms.append(time.time()))
         for (spec, point), (gpu, cpus) in zip(todo, placed):
             children.append((spec, self._fork(spec, point, gpu, cpus)))
             print(f"hpctrain pack: started #{spec.idx} {spec.name} (pid {children[-1][1]}, "
@@ -126,6 +143,13 @@ class PackJob:
             look = time.time() >= next_look  # `hpctrain cancel --run N` writes `cancelled` into run N's record
             if look:
                 next_look = time.time() + CANCEL_LOOK_S
+            if terms:
+                terms.clear()
+                if decides_term() and not preempted and term_is_preemption():
+                    print("hpctrain pack: SIGTERM with the job still running (a preemption's grace time): "
+                          "the runs checkpoint as on the preemption signal", flush=True)
+                    pass_on(signum, None)
+            late = bool(preempted) and time.time() >= preempted[0] + wait_s
             for spec, pid in children:
                 idx, run_dir = spec.idx, spec.run_dir
                 if idx in codes:
@@ -134,6 +158,8 @@ class PackJob:
                 if done:
                     codes[idx] = os.waitstatus_to_exitcode(status)
                     print(f"hpctrain pack: #{idx} ended, exit code {codes[idx]}", flush=True)
+                elif late:
+                    codes[idx] = self._cut_short(spec, pid, wait_s)
                 elif look and events.read(run_dir).state is State.CANCELLED:
                     os.kill(pid, signal.SIGKILL)  # cancelled: nothing to keep (submitit's children ignore SIGTERM)
                     cancelled.add(idx)
@@ -155,11 +181,29 @@ class PackJob:
                         summary.write(spec.run_dir)
                 raise
         signal.signal(signum, submitit_handler)
+        signal.signal(signal.SIGTERM, term_handler)
         bad = {i: c for i, c in codes.items() if c not in (0, REQUEUE_EXIT) and i not in cancelled}
         if bad:
             raise RuntimeError(f"{len(bad)} of {len(children)} packed run(s) failed (exit codes {bad}); "
                                f"their metrics.json hold the errors")
         return states
+
+    def _cut_short(self, spec: RunSpec, pid: int, wait_s: float) -> int:
+        """A run not checkpointed ``wait_s`` after the signal: killed so that the task still requeues; it
+        resumes from its last complete checkpoint. Its exit code as the parent counts it."""
+        from hpctrain.core import events, summary
+
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        line = (f"hpctrain pack: #{spec.idx} {spec.name} cut short: not checkpointed {wait_s:.0f} s after the "
+                f"preemption signal (signal_delay_s={getattr(self, 'signal_delay_s', 90.0):g} less the requeue's "
+                f"margin); killed pid {pid}, it resumes from its last complete checkpoint")
+        print(line, flush=True)
+        _note(spec.run_dir, line)
+        if events.requeued(spec.run_dir, cut_short=True) is None:  # it ended (completed, cancelled) meanwhile
+            return 0
+        summary.write(spec.run_dir)
+        return REQUEUE_EXIT
 
     def _preload(self) -> None:
         """Import once, before the fork, what the task function says its runs need."""
@@ -239,6 +283,8 @@ def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
         os._exit(REQUEUE_EXIT)
 
     signal.signal(signum, requeue)
+    signal.signal(signal.SIGTERM, lambda sig, frame: None)  # the parent tells a SIGTERM apart, and passes USR2 on
+    os.environ[TERM_BY_PARENT_ENV] = "1"
     fraction = os.environ.get(MEMORY_FRACTION_ENV)
     if fraction:
         import torch

@@ -5,20 +5,34 @@ submitit handles USR2 (sent before the time limit, or on preemption) by calling 
 of an optimizer step. The guard below only records the signal; the trainer, which holds it among its hooks
 (hpctrain.train.hooks), checks it at step boundaries (all ranks agree on the step), saves a consistent
 checkpoint on rank 0, and then hands the signal to submitit's own handler, which requeues and exits.
+
+A preemption can also come as SIGTERM with a grace time (``PreemptMode=REQUEUE`` or ``CANCEL`` with
+``GraceTime``, no user signal), which submitit ignores. A user's ``scancel``, the time limit and a requeue
+send SIGTERM too; Slurm tells them apart by the job's state: those have ended the job (COMPLETING,
+CANCELLED, TIMEOUT, REQUEUED) by the time they signal, while a preemption's grace time (and
+``scancel --signal=TERM``) leaves it RUNNING. So on a SIGTERM rank 0 asks Slurm once
+(:func:`term_is_preemption`): a running job is treated as USR2 (checkpoint, ``requeued``, requeue); anything
+else, or no answer, leaves the TERM to end the job as before. Rank 0 alone asks: the trainer's agreed stop
+flag takes its decision to the other ranks.
 """
 
 import os
 import signal
 import sys
+import time
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
+
+TERM_BY_PARENT_ENV = "HPCTRAIN_TERM_BY_PARENT"  # a packed run: the task's parent decides what a SIGTERM means
 
 
 class PreemptionGuard:
     def __init__(self) -> None:
         self.requested = False
+        self.term_at: Optional[float] = None  # a SIGTERM came, not yet told apart (a preemption or a cancel)
         self._signum: Optional[int] = None
         self._previous: Optional[Callable[..., Any]] = None
+        self._previous_term: Any = None
 
     def install(self) -> "PreemptionGuard":
         if not os.environ.get("SUBMITIT_EXECUTOR"):
@@ -30,10 +44,26 @@ class PreemptionGuard:
         if callable(previous):
             self._previous = previous
             signal.signal(self._signum, self._record)
+            if decides_term():
+                self._previous_term = signal.signal(signal.SIGTERM, self._record_term)
         return self
 
     def _record(self, signum: int, frame: Optional[types.FrameType]) -> None:
         self.requested = True
+
+    def _record_term(self, signum: int, frame: Optional[types.FrameType]) -> None:
+        self.term_at = time.time()  # told apart at the next step, not in the handler (a subprocess)
+
+    def _term_decided(self) -> bool:
+        """A SIGTERM that came is a preemption (asked once per SIGTERM); False for a cancel or none."""
+        if self.term_at is None:
+            return False
+        self.term_at = None
+        if term_is_preemption():
+            print("hpctrain: SIGTERM with the job still running (a preemption's grace time): checkpoint and "
+                  "requeue as on USR2", file=sys.stderr, flush=True)
+            return True
+        return False
 
     def hand_over(self) -> None:
         """Let submitit requeue (rank 0) and exit; never returns."""
@@ -45,12 +75,17 @@ class PreemptionGuard:
         """Restore submitit's handler (a signal after the last step is moot: the run is done)."""
         if self._previous is not None and self._signum is not None:
             signal.signal(self._signum, self._previous)
+        if self._previous_term is not None:
+            signal.signal(signal.SIGTERM, self._previous_term)
+            self._previous_term = None
 
     # ------------------------------------------------------------------ the trainer's hook protocol
     def on_start(self, step: int) -> None:
         self.install()
 
     def should_stop(self, step: int) -> bool:
+        if self.term_at is not None and self._term_decided():
+            self.requested = True
         return self.requested
 
     def on_stop(self, step: int) -> None:
@@ -73,3 +108,33 @@ def requeue_with(handler: Callable[..., Any], signum: int) -> None:
         handler(signum, None)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def decides_term() -> bool:
+    """Whether this process tells a SIGTERM apart: global rank 0 of a Slurm job, not a packed run's child."""
+    rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+    return bool(os.environ.get("SLURM_JOB_ID")) and rank == "0" and not os.environ.get(TERM_BY_PARENT_ENV)
+
+
+def term_is_preemption(job_id: Optional[str] = None, timeout_s: float = 15.0) -> bool:
+    """Whether the SIGTERM this job got is a preemption: Slurm says the job is still running (or was
+    preempted). No answer from Slurm counts as no: the TERM then ends the job as before."""
+    from hpctrain.slurm import parse, query
+
+    job_id = job_id or os.environ.get("SLURM_JOB_ID", "")
+    if not job_id:
+        return False
+    ans = query.run(["scontrol", "show", "job", "-o", job_id], timeout_s=timeout_s)
+    if ans.stdout is None:
+        print(f"hpctrain: SIGTERM, and Slurm cannot say whether the job is preempted ({ans.error}): "
+              f"taken as the end of the job", file=sys.stderr, flush=True)
+        return False
+    lines = [ln for ln in ans.stdout.splitlines() if ln.strip()]
+    return bool(lines) and preempted_by_term(parse.parse_fields(lines[0]))
+
+
+def preempted_by_term(job: Dict[str, str]) -> bool:
+    """From ``scontrol show job -o`` fields: a SIGTERM that leaves the job RUNNING (a preemption's grace time,
+    ``scancel --signal=TERM``) or PREEMPTED; not one that ended it (``scancel``, the time limit, a
+    requeue: COMPLETING, CANCELLED, TIMEOUT, REQUEUED...)."""
+    return job.get("JobState", "").split("+")[0] in ("RUNNING", "PREEMPTED")

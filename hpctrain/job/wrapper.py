@@ -12,6 +12,7 @@ local launcher), so a crash of any rank counts the same.
 """
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -26,6 +27,7 @@ from hpctrain._compat.hydra import stored_value
 from hpctrain.core import events
 from hpctrain.core import paths as runfiles
 from hpctrain.core import summary
+from hpctrain.core.errors import DiskFullError
 from hpctrain.core.run import RunSpec
 from hpctrain.job.sampler import Sampler
 
@@ -45,6 +47,18 @@ class SweepJob:
     def __call__(self, run: Dict[str, Any]) -> JobReturn:
         """One run, as the plan decided it (:meth:`RunSpec.to_json`): Hydra's output dir is its run dir."""
         spec = RunSpec.from_json(run, Path(self.sweep_dir))
+        try:
+            return self._run(spec)
+        except DiskFullError as full:  # a write of the wrapper's own (the record, metrics.json) or the task's
+            if not getattr(full, "said", False):
+                say(f"hpctrain: run {spec.name} failed: {full}")
+                try:
+                    events.failed(spec.run_dir, _error_tail(full), rank=submitit.JobEnvironment().global_rank)
+                except OSError:
+                    pass
+            raise
+
+    def _run(self, spec: RunSpec) -> JobReturn:
         run_dir = str(spec.run_dir)
         if events.is_completed(run_dir, self.app):  # done by another job of the sweep: nothing to start
             return (summary.read(run_dir) or {}).get("metrics")
@@ -78,11 +92,17 @@ class SweepJob:
                 self._completed(run_dir, ret.return_value, self.app)
             return ret
         exc = stored_value(ret)
-        if isinstance(exc, submitit.core.utils.UncompletedJobError):  # submitit gave up at the time limit
-            events.timed_out(run_dir, str(exc), rank=env.global_rank)
-        else:
-            events.failed(run_dir, _error_tail(exc), rank=env.global_rank, job_id=env.job_id)
-        summary.write(run_dir)  # the batch script (or local launcher) writes it again once all ranks ended
+        if isinstance(exc, DiskFullError):  # first, in the job's log: the record may not be writable
+            say(f"hpctrain: run {spec.name} failed: {exc}")
+            exc.said = True  # type: ignore[attr-defined]
+        try:
+            if isinstance(exc, submitit.core.utils.UncompletedJobError):  # submitit gave up at the time limit
+                events.timed_out(run_dir, str(exc), rank=env.global_rank)
+            else:
+                events.failed(run_dir, _error_tail(exc), rank=env.global_rank, job_id=env.job_id)
+            summary.write(run_dir)  # the batch script (or local launcher) writes it again once all ranks ended
+        except DiskFullError as full:
+            say(f"hpctrain: run {spec.name}: its failure cannot be recorded: {full}")
         return ret.return_value  # re-raises the task's exception: a non-zero exit ends the step
 
     @staticmethod
@@ -103,6 +123,14 @@ class SweepJob:
             raise SystemExit(0)
         summary.write(run_dir)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def say(line: str) -> None:
+    """A line on stderr (the job's log), which may itself sit on the full disk."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def _error_tail(exc: BaseException, lines: int = 15) -> str:

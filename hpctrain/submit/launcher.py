@@ -244,7 +244,8 @@ class BaseLauncher(Launcher):
         payload, sweep_dir = str(submission.files.payload), str(submission.sweep_dir)
         if submission.calling == Calling.PACK:
             fraction = self.params.gpu_memory_fraction
-            return PackJob(payload, sweep_dir, float(fraction) if fraction else None, app)
+            return PackJob(payload, sweep_dir, float(fraction) if fraction else None, app,
+                           float(self.params.signal_delay_s))
         return SweepJob(payload, sweep_dir, app)
 
     def returns(self) -> Returns:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hpctrain.core.errors import disk_full
 from hpctrain.train.distributed import DistInfo
 
 log = logging.getLogger(__name__)
@@ -100,9 +101,11 @@ def previous_path(path: Path) -> Path:
 
 
 def save_atomic(state: Dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """A temp file, fsynced, renamed over ``path`` (the old one kept as previous.pt); no temp file left on
+    failure, and a full disk raised as DiskFullError naming its file system (not torch's zip writer error)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
             torch.save(state, f)
             f.flush()
@@ -110,6 +113,11 @@ def save_atomic(state: Dict[str, Any], path: Path) -> None:
         if path.exists():
             os.replace(path, previous_path(path))  # between the two renames, load() finds previous.pt
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:
+        full = disk_full(exc, path.parent)
+        if full is None or full is exc:
+            raise
+        raise full from exc
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -13,7 +13,7 @@ import datetime
 import logging
 import os
 from dataclasses import dataclass
-from typing import List, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 import torch
 import torch.distributed as dist
@@ -171,3 +171,39 @@ def any_rank(flag: bool, info: DistInfo) -> bool:
     t = torch.tensor([1.0 if flag else 0.0], device=info.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
+
+
+class AgreedFlag:
+    """A flag all ranks agree on one step after any rank raised it, with no blocking collective per step.
+
+    Each step's local value is all-reduced (MAX) asynchronously and read at the next step, by which time
+    the reduction has long finished (DDP's gradient all-reduce keeps the ranks within a step of each other).
+    The flag travels as a CPU tensor (over a gloo group beside an NCCL one): reading it never waits on the GPU.
+    Every rank must call :meth:`exchange` once per step and :meth:`drain` once at the end.
+    """
+
+    def __init__(self, info: DistInfo) -> None:
+        self.enabled = info.enabled
+        self._group = None
+        if self.enabled and dist.get_backend() != "gloo":
+            self._group = dist.new_group(backend="gloo")  # a collective: every rank builds the trainer
+        self._buf = torch.zeros(1)
+        self._work: Optional[Any] = None
+
+    def exchange(self, local: bool) -> bool:
+        """Whether any rank's flag was up at the previous call; sends this rank's ``local`` for the next one."""
+        if not self.enabled:
+            return local
+        agreed = False
+        if self._work is not None:
+            self._work.wait()
+            agreed = bool(self._buf[0] > 0)
+        self._buf[0] = 1.0 if local else 0.0
+        self._work = dist.all_reduce(self._buf, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+        return agreed
+
+    def drain(self) -> None:
+        """Wait for the reduction in flight (before the loop's end: none may outlive the process group)."""
+        if self._work is not None:
+            self._work.wait()
+            self._work = None

@@ -99,6 +99,12 @@ class MicroBatches:
         batch, self._ahead = (self._ahead if self._ahead is not None else self._fetch()), None
         return batch
 
+    def put_back(self) -> None:
+        """Forget the micro-batch fetched ahead, if any: the data position is again at it (a stop between steps)."""
+        if self._ahead is not None:
+            self._ahead, self._it = None, None  # the next fetch starts a loader at the position
+            self.batch_in_epoch -= 1  # never below 0: a fetch that began an epoch counted its batch 1
+
     def close(self) -> None:
         self._it, self._ahead = None, None  # ends DataLoader workers, if any
 

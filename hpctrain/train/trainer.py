@@ -26,7 +26,7 @@ from hpctrain.train import hparams, preflight
 from hpctrain.train.batches import tokens_per_sample
 from hpctrain.train.build import build_data, build_loss, build_metrics, build_model, build_optimizer
 from hpctrain.train.checkpointer import Checkpointer, seed_everything
-from hpctrain.train.distributed import DistInfo, allow_tf32
+from hpctrain.train.distributed import AgreedFlag, DistInfo, allow_tf32
 from hpctrain.train.evaluation import evaluate
 from hpctrain.train.forward import Forward
 from hpctrain.train.hooks import TrainerHook
@@ -110,6 +110,7 @@ class Trainer:
         layout = hparams.layout(cfg.objective.metric, list(self.metric_fns))
         self.logger = RunLogger(self.run_dir, self.step, layout) if info.is_main else NullLogger()
         self.evaluated_at: Optional[int] = None
+        self.stop_flag = AgreedFlag(info)  # several ranks: a stop request agreed on one step later
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.cfg.compile:
@@ -180,8 +181,13 @@ class Trainer:
         loss_acc, interval, last = torch.zeros((), device=self.device), 0, {}
         every = self.every
         while self.step < every.max_steps:
-            # one rank alone acts on a stop request at the next step; several agree on it at log steps
+            # one rank alone acts on a stop request at the next step; several agree on it one step later
             stop_asked = not self.info.enabled and self._stop_asked()
+            if self.info.enabled and self.stop_flag.exchange(self._stop_asked()):
+                self.data.put_back()  # the batch fetched ahead is trained after the resume
+                if interval:
+                    self._log_step(loss_acc / interval, None, meter)
+                self._stop()
             pause = stop_asked or self.boundary(self.step + 1)
             loss, grad_norm = self.train_step(fetch_ahead=not pause)
             loss_acc += loss
@@ -245,6 +251,7 @@ class Trainer:
 
     def _end(self, status: State, last: Dict[str, float], started: float, reason: str = "") -> Dict[str, Any]:
         """The one way a run ends: final eval, final checkpoint, the record's event, hparams, metrics.json."""
+        self.stop_flag.drain()
         if self.evaluated_at != self.step:
             self._eval(last)
         self.checkpointer.save(self.step, force=True)
@@ -272,6 +279,7 @@ class Trainer:
     def _stop(self) -> None:
         """Asked to stop (preemption, time limit): checkpoint, then the hooks hand the job over."""
         log.warning("preemption/timeout signal: checkpointing at step %d, then requeue", self.step)
+        self.stop_flag.drain()
         self.checkpointer.save(self.step, force=True)
         self.data.close()
         self.logger.progress(step=self.step)  # the job's checkpoint() records the requeue

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from hydra.core.utils import JobReturn
 
 from hpctrain._compat.submitit import local_job_exit_code
-from hpctrain.job.attempt_ended import attempt_ended
+from hpctrain.job.attempt_ended import ended_or_said as attempt_ended
 from hpctrain.core.run import RunSpec
 from hpctrain.submit import results
 from hpctrain.submit.errors import LaunchError
