@@ -40,6 +40,14 @@ class EndAt:
         return self.end
 
 
+def _tb_steps(run_dir, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
 def _weights(run_dir):
     return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
 
@@ -61,6 +69,9 @@ def test_a_unit_that_ends_before_max_steps_pauses_there_and_its_resume_equals_an
     assert a["scheduler"] == b["scheduler"]  # the LR schedule spans max_steps in every unit
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
+    # one TensorBoard run, its curve continuous across the pauses: every step of the whole run's, once
+    assert [s for s, _ in _tb_steps(split, "train/loss")] == [s for s, _ in _tb_steps(tmp_path / "whole", "train/loss")]
+    assert [s for s, _ in _tb_steps(split, "val/loss")] == [10, 20, 30, 40]
 
 
 def test_a_unit_resumed_at_or_past_its_end_pauses_again_without_training(tmp_path):

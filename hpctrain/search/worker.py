@@ -201,6 +201,8 @@ class SearchWorker:
             events.submitted(run_dir, trial=a.number)
         unit = {"unit": a.unit.fields()} if a.unit is not None else {}
         events.started(run_dir, job_id=me, trial=a.number, how=a.how, **unit)
+        if a.unit is not None:  # the rung (or interval) it runs to, for status and report's rung table
+            summary.write(run_dir, trial=a.number, **self._stage(a.unit))
 
     def _settle(self, a: studies.Assignment, run_dir: Path, ret: Any, bridge: TrialBridge,
                 leases: studies.Leases) -> "tuple[State, Optional[float]]":
@@ -238,7 +240,9 @@ class SearchWorker:
             summary.write(run_dir, **fields)
             return State.FAILED, None
         if a.unit is not None:  # the objective at the unit's end: the scheduler's rung value
-            fields["rung" if s.scheduler in ("asha", "hyperband") else "interval"] = a.unit.index
+            fields.update(self._stage(a.unit))
+            at = dict((summary.read(run_dir) or {}).get("values_at") or {})
+            fields["values_at"] = {**at, str(a.unit.end_step): value}  # the objective at each unit's end step
             self._retrying("reporting", lambda st: bridge.report(value, a.unit.end_step)  # type: ignore[union-attr]
                            if bridge.trial is not None else None)
             if outcome(a.unit, int(s.max_steps or 0)) is State.PAUSED:
@@ -252,6 +256,11 @@ class SearchWorker:
         tell(TrialState.COMPLETE, value)
         summary.write(run_dir, **fields)
         return State.COMPLETED, value
+
+    def _stage(self, unit: Unit) -> Dict[str, Any]:
+        if self.settings.scheduler in ("asha", "hyperband"):
+            return {"rung": unit.index, "bracket": unit.bracket}
+        return {"interval": unit.index}
 
     def _end_stranded(self, leases: studies.Leases) -> None:
         """The records of the paused trials this worker ended (the study is done: nothing will promote them)."""
