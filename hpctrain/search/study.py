@@ -337,6 +337,7 @@ class Assignment:
     gen: int = 0  # the lease generation this worker holds: checked at commit
     trial: Any = field(default=None, repr=False)  # the optuna.Trial just asked (new trials)
     unit: Optional[Unit] = None  # what to run (a scheduler's unit); None: the whole trial (scheduler=none)
+    dir_params: Optional[Dict[str, Any]] = None  # the values its run dir is named by, when ``params`` changed (PBT)
 
 
 @dataclass
@@ -528,7 +529,8 @@ class Leases:
             return Next.WAIT  # another worker took it first: look again
         t = study.get_trials(deepcopy=False)[unit.trial]
         params = dict(unit.params) or dict(t.params)
-        return Assignment(t.number, optuna_compat.trial_id(t), params, unit.kind.value, 0, gen, None, unit)
+        return Assignment(t.number, optuna_compat.trial_id(t), params, unit.kind.value, 0, gen, None, unit,
+                          dir_params=dict(t.params))
 
     def _end_stranded(self, study: optuna.Study, view: StudyView, leases: Dict[int, Dict[str, Any]]) -> None:
         """The study is done: every trial still paused ends pruned at the step it paused at (its lease

@@ -93,6 +93,8 @@ class SearchWorker:
                 waited += WAIT_S
                 continue
             seq += 1
+            if isinstance(a, studies.Assignment) and a.unit is not None and a.unit.copy_from is not None:
+                self._copy_donor(a)  # before the other ranks hear of the unit: they load what it copied
             self._announce(me, seq, a if isinstance(a, studies.Assignment) else None)
             if not isinstance(a, studies.Assignment):
                 break
@@ -127,7 +129,7 @@ class SearchWorker:
         msg = {"attempt": _attempt(), "seq": seq, "stop": a is None}
         if a is not None:
             msg.update(number=a.number, trial_id=a.trial_id, params=a.params, how=a.how,
-                       unit=a.unit.fields() if a.unit is not None else None)
+                       unit=a.unit.fields() if a.unit is not None else None, dir_params=a.dir_params)
         write_json_atomic(_announce_path(self.sweep_dir, me), msg)
 
     # ------------------------------------------------------------------ other ranks
@@ -142,7 +144,8 @@ class SearchWorker:
             if msg.get("stop"):
                 return {"rank": env.global_rank, "trials": ran}
             a = studies.Assignment(int(msg["number"]), int(msg["trial_id"]), dict(msg["params"]), str(msg["how"]),
-                                   unit=Unit.from_fields(msg["unit"]) if msg.get("unit") else None)
+                                   unit=Unit.from_fields(msg["unit"]) if msg.get("unit") else None,
+                                   dir_params=msg.get("dir_params"))
             self._run(a, me, None, last)
             ran += 1
 
@@ -153,7 +156,7 @@ class SearchWorker:
         _fresh_rendezvous_port(seq)
         s, sweep = self.settings, self.sweep_dir
         overrides = s.space.overrides(a.params)
-        dirname = trial_dirname(a.number, a.params)
+        dirname = trial_dirname(a.number, a.dir_params or a.params)
         run_dir = Path(sweep) / dirname
         config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(config):
@@ -256,6 +259,27 @@ class SearchWorker:
         tell(TrialState.COMPLETE, value)
         summary.write(run_dir, **fields)
         return State.COMPLETED, value
+
+    def _copy_donor(self, a: studies.Assignment) -> None:
+        """A PBT exploit: the donor trial's checkpoints copied (never moved) into this trial's run dir, whole
+        (a copy beside it, then renamed over the old one)."""
+        import shutil
+
+        assert a.unit is not None and a.unit.copy_from is not None
+        found = manifest.read(self.sweep_dir)
+        entry = found.runs.get(a.unit.copy_from) if found is not None else None
+        if entry is None or entry.spec.run_dir is None:
+            raise RuntimeError(f"trial {a.number}: its donor trial {a.unit.copy_from} has no run dir in sweep.json")
+        source = Path(entry.spec.run_dir) / "checkpoints"
+        target = Path(self.sweep_dir) / trial_dirname(a.number, a.dir_params or a.params) / "checkpoints"
+        tmp = target.with_name(f"checkpoints.copy-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(source, tmp)
+        old = target.with_name(f"checkpoints.old-{os.getpid()}")
+        if target.exists():
+            target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
 
     def _stage(self, unit: Unit) -> Dict[str, Any]:
         if self.settings.scheduler in ("asha", "hyperband"):
