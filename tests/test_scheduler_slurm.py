@@ -16,30 +16,31 @@ from slurm_helpers import cancel, job_id, metrics, queued, wait_for
 
 from test_search import run_dir_of, search, trial_dirs, trials
 
-STEPS = ["max_steps=180", "eval_every=20", "log_every=5", "ckpt_every=5", "data.train_size=512",
+STEPS = ["max_steps=540", "eval_every=20", "log_every=5", "ckpt_every=10", "data.train_size=512",
          "data.val_size=64", "model.hidden=8"]
-ASHA = ["hydra.sweeper.scheduler=asha", "hydra.sweeper.eta=3", "hydra.sweeper.min_steps=20",
+ASHA = ["hydra.sweeper.scheduler=asha", "hydra.sweeper.eta=3", "hydra.sweeper.min_steps=60",
         "hydra.sweeper.n_trials=9", "hydra.sweeper.n_workers=3", "hydra.sweeper.seed=1",
         "hydra.sweeper.heartbeat_s=2", "hydra.sweeper.grace_s=20"]
-RUNGS = [20, 60, 180]
+RUNGS = [60, 180, 540]
 
 
 def starts(run_dir: Path) -> list:
     return [json.loads(p.read_text()) for p in sorted((run_dir / ".hpctrain" / "record").glob("*.started.*"))]
 
 
-def unit_under_way(sweep: Path, owner: str) -> "int | None":
-    """A trial this worker runs now, at least 5 steps into its unit and 5 before its end."""
+def last_unit_under_way(sweep: Path) -> "tuple[int, str] | None":
+    """(trial, owner) of a unit to the last rung, 20 to 180 steps into its 360 (a long unit: the kill lands
+    inside it), with a checkpoint since its start."""
     leases = sweep / ".hpctrain" / "trials"
     for p in leases.glob("*.json") if leases.exists() else []:
         lease = json.loads(p.read_text())
-        if lease.get("owner") != owner or lease.get("paused") or lease.get("ended") or not lease.get("unit"):
+        unit = lease.get("unit")
+        if lease.get("paused") or lease.get("ended") or not unit or unit["end_step"] != RUNGS[-1]:
             continue
         dirs = [d for d in trial_dirs(sweep) if d.name.startswith(f"trial-{int(p.stem):03d}")]
         step = int(metrics(dirs[0]).get("step") or 0) if dirs else 0
-        unit = lease["unit"]
-        if unit["start_step"] + 5 <= step <= unit["end_step"] - 5:
-            return int(p.stem)
+        if unit["start_step"] + 20 <= step <= unit["start_step"] + 180:
+            return int(p.stem), str(lease["owner"])
     return None
 
 
@@ -49,10 +50,9 @@ def test_asha_pauses_and_promotes_and_a_sigkilled_worker_costs_no_promotion(tmp_
     args = search(sweep, "lr=tag(log,interval(1e-3,1e-1))", *ASHA, *STEPS)
     run_hpctrain(args, cwd=tmp_path, timeout=120)
     job = job_id(sweep)
-    victim = f"{job}_1"
     try:
-        wait_for(lambda: unit_under_way(sweep, victim) is not None, 900, "worker 1 to be under way with a unit")
-        killed = unit_under_way(sweep, victim)
+        wait_for(lambda: last_unit_under_way(sweep) is not None, 1200, "a worker under way with a unit to the last rung")
+        killed, victim = last_unit_under_way(sweep)  # type: ignore[misc]
         subprocess.run(["scancel", "--signal=KILL", victim], check=True)  # no warning, no checkpoint call
         wait_for(lambda: not queued(job), 1500, "the workers to finish the study")
     finally:
@@ -80,6 +80,7 @@ def test_asha_pauses_and_promotes_and_a_sigkilled_worker_costs_no_promotion(tmp_
     assert promotions and set(promotions.values()) == {1}, promotions  # no trial promoted twice
     reached = Counter(metrics(run_dir_of(sweep, t.number))["rung"] for t in found)
     assert reached[0] + reached[1] + reached[2] == 9 and reached[1] + reached[2] >= 3 and reached[2] >= 1, reached
+    assert sum(promotions.values()) == reached[1] + 2 * reached[2]  # each rung a trial reached: one promotion
     # the killed worker's unit was taken over by another worker, from its last checkpoint (not from scratch)
     d = run_dir_of(sweep, killed)
     s = starts(d)
@@ -98,6 +99,6 @@ def test_asha_pauses_and_promotes_and_a_sigkilled_worker_costs_no_promotion(tmp_
                    check=True, capture_output=True, timeout=600)
     a = torch.load(run_dir_of(sweep, best.number) / "checkpoints" / "last.pt", weights_only=True)
     b = torch.load(replay / "checkpoints" / "last.pt", weights_only=True)
-    assert a["step"] == b["step"] == 180
+    assert a["step"] == b["step"] == 540
     for k in a["model"]:  # bit for bit in one process (test_scheduler_units); here the job's CPU threads may differ
         assert torch.allclose(a["model"][k], b["model"][k], rtol=1e-5, atol=1e-6), k

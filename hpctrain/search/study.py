@@ -25,6 +25,15 @@ generation exactly one wins, even when the lock below was broken. A worker:
 
 Each takeover of a dead owner's trial counts toward ``max_adoptions``; a release does not.
 
+Units (a scheduler other than ``none``, :mod:`hpctrain.search.units`). A lease carries the unit its holder
+runs (``unit``: start and end step, rung or interval). A unit that ends before ``max_steps`` leaves the
+trial paused: the next generation of its lease is marked ``paused`` (its trial stays RUNNING in Optuna, its
+objective at the end step reported), and adoption leaves it alone. In step 2, after the trials of gone
+owners, the scheduler picks from a view of the study (:meth:`Leases.view`): a paused trial's next unit is
+claimed as the next generation of its lease (so of two promoters one wins, and a trial leaves a rung once),
+a new trial as before (its number claimed first: ``n_trials`` is never passed). When the scheduler has
+nothing left and no unit runs, every paused trial's lease is marked ``ended`` and the trial told pruned.
+
 Imports optuna: used on the login node only for search sweeps.
 """
 

@@ -10,6 +10,11 @@ the task is requeued, and the leader takes back the same trial (its lease names 
 asking for another. A task that submitit does not requeue any more (out of ``max_num_timeout``) leaves
 its checkpointed trial to the next worker (released, not failed) and stops, as does a leader too close
 to its time limit to start a trial. Errors of the shared storage are retried on a freshly opened study.
+
+With a scheduler (``asha``, ``hyperband``, ``pbt``) each assignment is a unit (:mod:`hpctrain.search.units`):
+the bridge tells the app where to stop (``end_step``); after the unit the leader reports the objective at
+that step and, before ``max_steps``, records the trial ``paused`` and marks its lease paused, then asks again
+(waiting, uncapped, while other units run whose results may bring a promotion).
 """
 
 import math
