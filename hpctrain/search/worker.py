@@ -46,7 +46,7 @@ from hpctrain.search.space import trial_dirname
 from hpctrain.search.units import Unit, outcome
 
 POLL_S = 0.2
-IDLE_S = 1.0  # between looks while running units may yet bring a promotion
+IDLE_S = 0.25  # between looks while running units may yet bring a promotion (a look is a few file reads)
 WAIT_S = 5.0  # between looks while an owner's fate is unknown
 WAIT_MAX_GRACES = 5  # a worker waits for unknown owners at most this many grace periods
 INFRA_RETRIES = 3
