@@ -99,8 +99,9 @@ class SearchSweeper(Sweeper):
         if launcher.params.dry_run:
             print(launcher.describe(runs, sweep_dir, calling=Calling.POSITIONAL).scripts())
             print(f"search: {settings.n_trials} trials, {len(runs)} worker(s), sampler={settings.sampler}, "
-                  f"pruner={settings.pruner}, scheduler={settings.scheduler}, "
-                  f"objective {metric or 'return value'} ({direction})")
+                  f"pruner={settings.pruner}, "
+                  + (f"scheduler={settings.scheduler}, " if settings.scheduler != "none" else "")
+                  + f"objective {metric or 'return value'} ({direction})")
             print("dry run: nothing submitted")
             return None
 
