@@ -25,6 +25,15 @@ generation exactly one wins, even when the lock below was broken. A worker:
 
 Each takeover of a dead owner's trial counts toward ``max_adoptions``; a release does not.
 
+Units (a scheduler other than ``none``, :mod:`hpctrain.search.units`). A lease carries the unit its holder
+runs (``unit``: start and end step, rung or interval). A unit that ends before ``max_steps`` leaves the
+trial paused: the next generation of its lease is marked ``paused`` (its trial stays RUNNING in Optuna, its
+objective at the end step reported), and adoption leaves it alone. In step 2, after the trials of gone
+owners, the scheduler picks from a view of the study (:meth:`Leases.view`): a paused trial's next unit is
+claimed as the next generation of its lease (so of two promoters one wins, and a trial leaves a rung once),
+a new trial as before (its number claimed first: ``n_trials`` is never passed). When the scheduler has
+nothing left and no unit runs, every paused trial's lease is marked ``ended`` and the trial told pruned.
+
 Imports optuna: used on the login node only for search sweeps.
 """
 
@@ -49,9 +58,10 @@ from optuna.trial import FrozenTrial, TrialState
 from hpctrain._compat import optuna as optuna_compat
 from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import SweepPaths
-from hpctrain.core.state import Direction
+from hpctrain.core.state import Direction, State
 from hpctrain.search import journal
 from hpctrain.search.space import Space, grid_size
+from hpctrain.search.units import Next, Scheduler, StudyView, TrialView, Unit, UnitKind
 
 STUDY_NAME = "search"
 LOCK_GRACE_S = 30  # a lock file untouched this long was left by a killed process: broken
@@ -79,6 +89,16 @@ class Settings:
     heartbeat_s: float = 10.0
     max_adoptions: int = 2  # a trial whose worker died this many times ends failed
     min_time_left_s: float = 180.0  # a worker closer than this to its time limit starts no new trial
+    # the scheduler (hpctrain.search.units): none (a trial is one unit to max_steps) | asha | hyperband | pbt
+    scheduler: str = "none"
+    max_steps: Optional[int] = None  # the app's max_steps (the last rung); read from its config on the login node
+    eval_every: Optional[int] = None
+    min_steps: Optional[int] = None
+    eta: int = 3
+    population: int = 8
+    interval: Optional[int] = None
+    quantile: float = 0.25
+    resample_p: float = 0.25
     extra: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -174,13 +194,6 @@ class Owner(Enum):
     ALIVE = "alive"  # beating, or its job is in the queue, or its process runs
     GONE = "gone"  # known gone: the queue answered without its job, its process is dead, or it let go
     UNKNOWN = "unknown"  # a query failed: keeps its trial (never read as gone)
-
-
-class Next(Enum):
-    """No trial for this worker now."""
-
-    DONE = "done"  # the study needs no more work from it
-    WAIT = "wait"  # some owner's fate is unknown (or a claim is under way): look again later
 
 
 QueueAnswer = Callable[[List[str]], Optional[Set[str]]]  # the job ids still in the queue; None: unknown
@@ -332,6 +345,8 @@ class Assignment:
     adoptions: int = 0
     gen: int = 0  # the lease generation this worker holds: checked at commit
     trial: Any = field(default=None, repr=False)  # the optuna.Trial just asked (new trials)
+    unit: Optional[Unit] = None  # what to run (a scheduler's unit); None: the whole trial (scheduler=none)
+    dir_params: Optional[Dict[str, Any]] = None  # the values its run dir is named by, when ``params`` changed (PBT)
 
 
 @dataclass
@@ -353,6 +368,10 @@ class Leases:
         self.sweep_dir, self.settings, self.me, self.fields = sweep_dir, settings, me, fields
         self.clock, self.queue, self.process = clock, queue, process
         self.gone_jobs: Set[str] = set()  # a job the queue answered without: gone for good (a requeue keeps its id queued)
+        self.scheduler = build_scheduler(settings)
+        self.ended: List[Any] = []  # (number, step, params) of paused trials this worker ended pruned
+        # writes an ended trial's record (the worker's; quick file writes): called before the study is told
+        self.end_hook: Callable[[int, Optional[int], Dict[str, Any]], None] = lambda *e: self.ended.append(e)
 
     # ------------------------------------------------------------ facts, outside the lock
     def _window(self) -> float:
@@ -373,7 +392,7 @@ class Leases:
         beating: Dict[int, bool] = {}
         for number in running:
             lease = leases.get(number)
-            if lease is None or lease.get("owner") == self.me:
+            if lease is None or lease.get("owner") == self.me or _resting(lease):
                 continue
             beating[number] = self._age(number, lease) < self._window()
             state = self._without_queue(number, lease, confirm)
@@ -437,10 +456,10 @@ class Leases:
         undecided = False
         for t in running:  # our own, from before a requeue
             lease = leases.get(t.number)
-            if lease is not None and lease.get("owner") == me and not lease.get("released"):
+            if lease is not None and lease.get("owner") == me and not lease.get("released") and not _resting(lease):
                 adoptions = int(lease.get("adoptions", 0))
-                if self._claim(t.number, int(lease["gen"]) + 1, adoptions) is not None:
-                    return self._assignment(t, "resumed", adoptions, int(lease["gen"]) + 1)
+                if self._claim(t.number, int(lease["gen"]) + 1, adoptions, unit=lease.get("unit")) is not None:
+                    return self._assignment(t, "resumed", adoptions, int(lease["gen"]) + 1, lease.get("unit"))
         for t in running:  # a gone worker's
             lease = leases.get(t.number)
             if lease is None:  # asked, then its asker died before its claim was read: by the trial's age
@@ -448,6 +467,12 @@ class Leases:
                     undecided = True
                     continue
                 lease = {"gen": 0, "adoptions": 0}
+            elif lease.get("paused"):
+                continue  # between units: the scheduler's to resume, nobody's to adopt
+            elif lease.get("ended"):  # its ender died between its claim and the tell: finish the ending
+                self.end_hook(t.number, lease.get("step"), dict(t.params))
+                tell(study, t.number, TrialState.PRUNED)
+                continue
             elif lease.get("released"):
                 pass  # let go at a time limit: anyone resumes it
             elif lease.get("owner") == me:
@@ -466,35 +491,95 @@ class Leases:
             released = bool(lease.get("released"))
             adoptions = int(lease.get("adoptions", 0)) + (0 if released else 1)
             gen = int(lease["gen"]) + 1
-            if self._claim(t.number, gen, adoptions) is None:
+            if self._claim(t.number, gen, adoptions, unit=lease.get("unit")) is None:
                 continue  # another worker took it first
             if adoptions > s.max_adoptions:
                 settle_failed(study, t, f"its worker died {adoptions - 1} time(s) while running it")
                 continue
-            return self._assignment(t, "adopted", adoptions, gen)
+            return self._assignment(t, "adopted", adoptions, gen, lease.get("unit"))
         number = len(trials)
+        unit: Optional[Unit] = None
+        if self.scheduler is not None:
+            view = self.view(study, trials, leases)
+            picked = self.scheduler.next_unit(view)
+            if isinstance(picked, Next):
+                if picked is Next.DONE and not undecided:
+                    self._end_stranded(study, view, leases)
+                return Next.WAIT if undecided else picked
+            if picked.kind is not UnitKind.NEW:
+                return self._resume(study, picked, leases)
+            unit = picked.numbered(number)
         if number >= budget(s):
             return Next.WAIT if undecided else Next.DONE
         lease = leases.get(number)  # the next number's claim: its claimant is asking now, or died asking
         if lease is not None and now - float(lease.get("since", 0)) <= s.grace_s:
             return Next.WAIT
         gen = (int(lease["gen"]) if lease else 0) + 1
-        if self._claim(number, gen, 0) is None:
+        if self._claim(number, gen, 0, unit=unit.fields() if unit else None) is None:
             return Next.WAIT
         trial = study.ask()  # the sampler's per-parameter work waits for _fill_params, outside the lock
         if trial.number != number:  # someone asked without claiming first (not hpctrain): claim what we got
             gen = int((read_lease(self.sweep_dir, trial.number) or {"gen": 0})["gen"]) + 1
-            if self._claim(trial.number, gen, 0) is None:
+            unit = unit.numbered(trial.number) if unit else None
+            if self._claim(trial.number, gen, 0, unit=unit.fields() if unit else None) is None:
                 return Next.WAIT
-        return Assignment(trial.number, optuna_compat.trial_id(trial), {}, "new", 0, gen, trial)
+        return Assignment(trial.number, optuna_compat.trial_id(trial), {}, "new", 0, gen, trial, unit)
+
+    # ------------------------------------------------------------ units (schedulers other than none)
+    def view(self, study: optuna.Study, trials: List[FrozenTrial], leases: Dict[int, Dict[str, Any]]) -> StudyView:
+        """What the scheduler decides from: each trial's state (paused from its lease), values and unit."""
+        s = self.settings
+        out = []
+        for t in trials:
+            lease = leases.get(t.number) or {}
+            state = _STATES.get(t.state, State.RUNNING)
+            if state is State.RUNNING and lease.get("ended"):
+                state = State.PRUNED  # being ended (its tell may not be in the trials read above)
+            elif state is State.RUNNING and lease.get("paused"):
+                state = State.PAUSED
+            unit = Unit.from_fields(lease["unit"]) if isinstance(lease.get("unit"), dict) else None
+            out.append(TrialView(t.number, state, dict(t.params), dict(t.intermediate_values), unit))
+        return StudyView(out, budget(s), int(s.max_steps or 0), Direction.parse(s.direction))
+
+    def _resume(self, study: optuna.Study, unit: Unit, leases: Dict[int, Dict[str, Any]]) -> "Assignment | Next":
+        """Claim a paused trial's next unit (a promotion, a PBT interval): the next generation of its lease,
+        so of two workers promoting it one wins, and a trial leaves a rung once."""
+        assert unit.trial is not None
+        lease = leases.get(unit.trial)
+        if lease is None or not lease.get("paused"):
+            return Next.WAIT
+        gen = int(lease["gen"]) + 1
+        if self._claim(unit.trial, gen, 0, unit=unit.fields()) is None:
+            return Next.WAIT  # another worker took it first: look again
+        t = study.get_trials(deepcopy=False)[unit.trial]
+        params = dict(unit.params) or dict(t.params)
+        return Assignment(t.number, optuna_compat.trial_id(t), params, unit.kind.value, 0, gen, None, unit,
+                          dir_params=dict(t.params))
+
+    def _end_stranded(self, study: optuna.Study, view: StudyView, leases: Dict[int, Dict[str, Any]]) -> None:
+        """The study is done: every trial still paused ends pruned at the step it paused at (its lease
+        first, so one worker ends it; then the study). ``self.ended`` tells the worker whose records to write."""
+        assert self.scheduler is not None
+        by = view.by_number()
+        for number in self.scheduler.stranded(view):
+            lease = leases.get(number)
+            if lease is None or not lease.get("paused"):
+                continue
+            step = by[number].paused_at
+            if self._claim(number, int(lease["gen"]) + 1, 0, unit=lease.get("unit"), step=step, ended=True) is None:
+                continue
+            self.end_hook(number, step, dict(by[number].params))  # the record first: a worker killed here
+            tell(study, number, TrialState.PRUNED)  # leaves an ended lease, which the next look finishes
 
     def _claim(self, number: int, gen: int, adoptions: int, **extra: Any) -> Optional[Dict[str, Any]]:
         return claim(self.sweep_dir, number, gen, self.me, self.clock(), adoptions=adoptions,
                      **self.fields, **extra)
 
     @staticmethod
-    def _assignment(t: FrozenTrial, how: str, adoptions: int, gen: int) -> Assignment:
-        return Assignment(t.number, optuna_compat.trial_id(t), dict(t.params), how, adoptions, gen)
+    def _assignment(t: FrozenTrial, how: str, adoptions: int, gen: int,
+                    unit: Optional[Dict[str, Any]] = None) -> Assignment:
+        return Assignment(t.number, optuna_compat.trial_id(t), dict(t.params), how, adoptions, gen,
+                          unit=Unit.from_fields(unit) if isinstance(unit, dict) else None)
 
     def _fill_params(self, study: optuna.Study, a: Assignment) -> None:
         """The trial's parameters, sampled now (no lock held) for a new trial or one whose asker died
@@ -511,7 +596,7 @@ class Leases:
     def holds(self, a: Assignment) -> bool:
         lease = read_lease(self.sweep_dir, a.number)
         return lease is not None and lease.get("owner") == self.me and int(lease["gen"]) == a.gen \
-            and not lease.get("released")
+            and not lease.get("released") and not _resting(lease)
 
     def beat(self, a: Assignment) -> None:
         touch(alive_path(self.sweep_dir, a.number, self.me), self.clock())
@@ -529,7 +614,47 @@ class Leases:
         with trials_lock(self.sweep_dir):
             if not self.holds(a):
                 return False
-            return self._claim(a.number, a.gen + 1, a.adoptions, released=True) is not None
+            return self._claim(a.number, a.gen + 1, a.adoptions, released=True,
+                               unit=a.unit.fields() if a.unit else None) is not None
+
+    def pause(self, a: Assignment) -> bool:
+        """The unit ran to its end before max_steps: the trial waits, paused, for the scheduler's next unit."""
+        assert a.unit is not None
+        with trials_lock(self.sweep_dir):
+            if not self.holds(a):
+                return False
+            return self._claim(a.number, a.gen + 1, 0, paused=True, step=a.unit.end_step,
+                               unit=a.unit.fields()) is not None
+
+
+def _resting(lease: Dict[str, Any]) -> bool:
+    """Between units (paused) or ended: no owner runs it."""
+    return bool(lease.get("paused") or lease.get("ended"))
+
+
+_STATES = {TrialState.COMPLETE: State.COMPLETED, TrialState.PRUNED: State.PRUNED, TrialState.FAIL: State.FAILED}
+
+
+def build_scheduler(settings: Settings) -> Optional[Scheduler]:
+    """The study's scheduler; None for ``none`` (each trial one run to max_steps, as before schedulers)."""
+    name = settings.scheduler
+    if name == "none":
+        return None
+    assert settings.max_steps, "a scheduler needs the app's max_steps (checked on the login node)"
+    first = int(settings.min_steps or settings.eval_every or 1)
+    if name == "asha":
+        from hpctrain.search.asha import Asha
+
+        return Asha(first, settings.eta, settings.max_steps)
+    if name == "hyperband":
+        from hpctrain.search.asha import hyperband
+
+        return hyperband(first, settings.eta, settings.max_steps)
+    if name == "pbt":
+        from hpctrain.search import pbt  # the population's scheduler (its own module)
+
+        return pbt.scheduler(settings)  # type: ignore[attr-defined]
+    raise ValueError(f"hydra.sweeper.scheduler={name!r}: expected one of none, asha, hyperband, pbt")
 
 
 def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:

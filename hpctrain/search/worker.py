@@ -10,6 +10,11 @@ the task is requeued, and the leader takes back the same trial (its lease names 
 asking for another. A task that submitit does not requeue any more (out of ``max_num_timeout``) leaves
 its checkpointed trial to the next worker (released, not failed) and stops, as does a leader too close
 to its time limit to start a trial. Errors of the shared storage are retried on a freshly opened study.
+
+With a scheduler (``asha``, ``hyperband``, ``pbt``) each assignment is a unit (:mod:`hpctrain.search.units`):
+the bridge tells the app where to stop (``end_step``); after the unit the leader reports the objective at
+that step and, before ``max_steps``, records the trial ``paused`` and marks its lease paused, then asks again
+(waiting, uncapped, while other units run whose results may bring a promotion).
 """
 
 import math
@@ -38,8 +43,10 @@ from hpctrain.core.state import State
 from hpctrain.search import study as studies
 from hpctrain.search.bridge import TrialBridge, activate
 from hpctrain.search.space import trial_dirname
+from hpctrain.search.units import Unit, outcome
 
 POLL_S = 0.2
+IDLE_S = 0.25  # between looks while running units may yet bring a promotion (a look is a few file reads)
 WAIT_S = 5.0  # between looks while an owner's fate is unknown
 WAIT_MAX_GRACES = 5  # a worker waits for unknown owners at most this many grace periods
 INFRA_RETRIES = 3
@@ -74,6 +81,7 @@ class SearchWorker:
         self.study = studies.open_study(sweep, self.settings, worker)
         owner = {"slurm_job_id": me if os.environ.get("SLURM_JOB_ID") else None, "worker": worker}
         leases = studies.Leases(sweep, self.settings, me, owner)
+        leases.end_hook = self._record_ended
         done: List[Dict[str, Any]] = []
         seq, waited, why = 0, 0.0, "no trial left"
         while True:
@@ -82,16 +90,22 @@ class SearchWorker:
                 why = f"{left:.0f} s to its time limit: no new trial"
                 break
             a = self._retrying("choosing a trial", lambda st: leases.next_trial(st))
+            if a is studies.Next.IDLE:
+                time.sleep(IDLE_S)  # units run whose results may bring a promotion: look again
+                continue
             if a is studies.Next.WAIT and waited < WAIT_MAX_GRACES * self.settings.grace_s:
                 time.sleep(WAIT_S)  # an owner's fate is unknown (the queue did not answer): look again
                 waited += WAIT_S
                 continue
             seq += 1
+            if isinstance(a, studies.Assignment) and a.unit is not None and a.unit.copy_from is not None:
+                self._copy_donor(a)  # before the other ranks hear of the unit: they load what it copied
             self._announce(me, seq, a if isinstance(a, studies.Assignment) else None)
             if not isinstance(a, studies.Assignment):
                 break
             waited = 0.0
-            print(f"hpctrain search: worker {worker} ({me}): trial {a.number} ({a.how}) {a.params}", flush=True)
+            unit = f" steps {a.unit.start_step}-{a.unit.end_step}" if a.unit is not None else ""
+            print(f"hpctrain search: worker {worker} ({me}): trial {a.number} ({a.how}{unit}) {a.params}", flush=True)
             state, value = self._run(a, me, self.study, seq, leases)
             done.append({"trial": a.number, "state": state, "value": value})
             if state == INTERRUPTED:
@@ -119,7 +133,8 @@ class SearchWorker:
         """Tell this task's other ranks which trial comes next (or that none does)."""
         msg = {"attempt": _attempt(), "seq": seq, "stop": a is None}
         if a is not None:
-            msg.update(number=a.number, trial_id=a.trial_id, params=a.params, how=a.how)
+            msg.update(number=a.number, trial_id=a.trial_id, params=a.params, how=a.how,
+                       unit=a.unit.fields() if a.unit is not None else None, dir_params=a.dir_params)
         write_json_atomic(_announce_path(self.sweep_dir, me), msg)
 
     # ------------------------------------------------------------------ other ranks
@@ -133,7 +148,9 @@ class SearchWorker:
             last = int(msg["seq"])
             if msg.get("stop"):
                 return {"rank": env.global_rank, "trials": ran}
-            a = studies.Assignment(int(msg["number"]), int(msg["trial_id"]), dict(msg["params"]), str(msg["how"]))
+            a = studies.Assignment(int(msg["number"]), int(msg["trial_id"]), dict(msg["params"]), str(msg["how"]),
+                                   unit=Unit.from_fields(msg["unit"]) if msg.get("unit") else None,
+                                   dir_params=msg.get("dir_params"))
             self._run(a, me, None, last)
             ran += 1
 
@@ -144,7 +161,7 @@ class SearchWorker:
         _fresh_rendezvous_port(seq)
         s, sweep = self.settings, self.sweep_dir
         overrides = s.space.overrides(a.params)
-        dirname = trial_dirname(a.number, a.params)
+        dirname = trial_dirname(a.number, a.dir_params or a.params)
         run_dir = Path(sweep) / dirname
         config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(config):
@@ -159,7 +176,8 @@ class SearchWorker:
         beat = _Heartbeat(studies.alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
         _running["run_dir"] = run_dir
         _running.pop("interrupted", None)
-        bridge = TrialBridge(a.number, s.metric, trial)
+        end = a.unit.end_step if a.unit is not None and a.unit.end_step < int(s.max_steps or 0) else None
+        bridge = TrialBridge(a.number, s.metric, trial, end=end, max_steps=s.max_steps, run_dir=str(run_dir))
         try:
             with activate(bridge):
                 ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
@@ -189,7 +207,10 @@ class SearchWorker:
         manifest.update(sweep, add)
         if a.how == "new":
             events.submitted(run_dir, trial=a.number)
-        events.started(run_dir, job_id=me, trial=a.number, how=a.how)
+        unit = {"unit": a.unit.fields()} if a.unit is not None else {}
+        events.started(run_dir, job_id=me, trial=a.number, how=a.how, **unit)
+        if a.unit is not None:  # the rung (or interval) it runs to, for status and report's rung table
+            summary.write(run_dir, trial=a.number, **self._stage(a.unit))
 
     def _settle(self, a: studies.Assignment, run_dir: Path, ret: Any, bridge: TrialBridge,
                 leases: studies.Leases) -> "tuple[State, Optional[float]]":
@@ -226,10 +247,57 @@ class SearchWorker:
             tell(TrialState.FAIL)
             summary.write(run_dir, **fields)
             return State.FAILED, None
+        if a.unit is not None:  # the objective at the unit's end: the scheduler's rung value
+            fields.update(self._stage(a.unit))
+            at = dict((summary.read(run_dir) or {}).get("values_at") or {})
+            fields["values_at"] = {**at, str(a.unit.end_step): value}  # the objective at each unit's end step
+            self._retrying("reporting", lambda st: bridge.report(value, a.unit.end_step)  # type: ignore[union-attr]
+                           if bridge.trial is not None else None)
+            if outcome(a.unit, int(s.max_steps or 0)) is State.PAUSED:
+                events.paused(run_dir, step=a.unit.end_step, index=a.unit.index)
+                summary.write(run_dir, **fields)
+                if not self._retrying("pausing a trial", lambda st: leases.pause(a)):
+                    print(f"hpctrain search: trial {a.number}: its lease passed to another worker; not paused",
+                          flush=True)
+                return State.PAUSED, value
         events.completed(run_dir, value=value)
         tell(TrialState.COMPLETE, value)
         summary.write(run_dir, **fields)
         return State.COMPLETED, value
+
+    def _copy_donor(self, a: studies.Assignment) -> None:
+        """A PBT exploit: the donor trial's checkpoints copied (never moved) into this trial's run dir, whole
+        (a copy beside it, then renamed over the old one)."""
+        import shutil
+
+        assert a.unit is not None and a.unit.copy_from is not None
+        found = manifest.read(self.sweep_dir)
+        entry = found.runs.get(a.unit.copy_from) if found is not None else None
+        if entry is None or entry.spec.run_dir is None:
+            raise RuntimeError(f"trial {a.number}: its donor trial {a.unit.copy_from} has no run dir in sweep.json")
+        source = Path(entry.spec.run_dir) / "checkpoints"
+        target = Path(self.sweep_dir) / trial_dirname(a.number, a.dir_params or a.params) / "checkpoints"
+        tmp = target.with_name(f"checkpoints.copy-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(source, tmp)
+        old = target.with_name(f"checkpoints.old-{os.getpid()}")
+        if target.exists():
+            target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _stage(self, unit: Unit) -> Dict[str, Any]:
+        if self.settings.scheduler in ("asha", "hyperband"):
+            return {"rung": unit.index, "bracket": unit.bracket}
+        return {"interval": unit.index}
+
+    def _record_ended(self, number: int, step: Optional[int], params: Dict[str, Any]) -> None:
+        """The record of a paused trial the study ends (nothing will promote it): pruned at its rung, once."""
+        run_dir = Path(self.sweep_dir) / trial_dirname(number, params)
+        if events.read(run_dir).state is State.PRUNED:
+            return
+        events.pruned(run_dir, step=step, reason="paused, never promoted: the study ended", rank=0)
+        summary.write(run_dir, trial=number)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2 (rank 0): requeue this worker; it takes its trial back when it restarts

@@ -46,8 +46,9 @@ class RunLogger(NullLogger):
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = Path(run_dir)
-        # purge_step: after a requeue, events past the checkpoint are dropped (no doubled stretch of curve)
-        self.writer = SummaryWriter(str(self.run_dir / runfiles.TB_DIR), purge_step=start_step or None)
+        # purge_step: after a requeue, events past the checkpoint are dropped (no doubled stretch of curve);
+        # those at its own step were written before it was saved (a paused trial's rung eval): they stay
+        self.writer = SummaryWriter(str(self.run_dir / runfiles.TB_DIR), purge_step=start_step + 1 if start_step else None)
         if layout:
             self.writer.add_custom_scalars(layout)  # the Custom Scalars tab: the objective and losses first
 

@@ -1,0 +1,130 @@
+"""Units of work: a run paused at a unit's end and resumed equals an uninterrupted one; the paused state."""
+
+import json
+
+import torch
+
+from trainer_helpers import compose
+
+from hpctrain.core import events
+from hpctrain.core.state import State
+from hpctrain.search.units import NoScheduler, Next, StudyView, Unit, UnitKind, outcome
+from hpctrain.train.distributed import DistInfo
+from hpctrain.train.trainer import Trainer
+
+CFG = ["max_steps=40", "eval_every=10", "log_every=5", "ckpt_every=0", "warmup_steps=5"]
+
+
+class EndAt:
+    """A search unit's hook: the run stops at ``end``."""
+
+    def __init__(self, end):
+        self.end, self.ended = end, None
+
+    def on_start(self, step):
+        pass
+
+    def on_eval(self, step, metrics):
+        return None
+
+    def should_stop(self, step):
+        return False
+
+    def on_stop(self, step):
+        raise AssertionError("not asked to stop")
+
+    def on_end(self, step, status):
+        self.ended = (step, status)
+
+    def end_step(self):
+        return self.end
+
+
+def _tb_steps(run_dir, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def _weights(run_dir):
+    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+
+
+def test_a_unit_that_ends_before_max_steps_pauses_there_and_its_resume_equals_an_uninterrupted_run(tmp_path):
+    whole = Trainer(compose(CFG), tmp_path / "whole", DistInfo()).fit()
+    assert whole["status"] == "completed"
+    split = tmp_path / "split"
+    first = EndAt(10)
+    result = Trainer(compose(CFG), split, DistInfo(), hooks=[first]).fit()
+    assert result["status"] == "paused" and result["step"] == 10 and first.ended == (10, State.PAUSED)
+    assert _weights(split)["step"] == 10  # checkpointed at exactly the unit's end
+    assert json.loads((split / "metrics.json").read_text())["status"] == "paused"
+    second = EndAt(30)
+    assert Trainer(compose(CFG), split, DistInfo(), hooks=[second]).fit()["step"] == 30
+    assert Trainer(compose(CFG), split, DistInfo(), hooks=[EndAt(None)]).fit()["status"] == "completed"
+    a, b = _weights(tmp_path / "whole"), _weights(split)
+    assert a["step"] == b["step"] == 40
+    assert a["scheduler"] == b["scheduler"]  # the LR schedule spans max_steps in every unit
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    # one TensorBoard run, its curve continuous across the pauses: every step of the whole run's, once
+    assert [s for s, _ in _tb_steps(split, "train/loss")] == [s for s, _ in _tb_steps(tmp_path / "whole", "train/loss")]
+    assert [s for s, _ in _tb_steps(split, "val/loss")] == [10, 20, 30, 40]
+
+
+def test_a_unit_resumed_at_or_past_its_end_pauses_again_without_training(tmp_path):
+    Trainer(compose(CFG), tmp_path, DistInfo(), hooks=[EndAt(20)]).fit()
+    again = Trainer(compose(CFG), tmp_path, DistInfo(), hooks=[EndAt(20)]).fit()
+    assert again["status"] == "paused" and again["step"] == 20
+
+
+def test_paused_is_neither_active_nor_final_and_a_new_start_runs_again(tmp_path):
+    events.submitted(tmp_path)
+    events.started(tmp_path, job_id="1")
+    events.paused(tmp_path, step=10)
+    rs = events.read(tmp_path)
+    assert rs.state is State.PAUSED and not rs.active and not rs.final
+    events.started(tmp_path, job_id="2")
+    assert events.read(tmp_path).state is State.RUNNING
+    events.paused(tmp_path, step=30)
+    events.pruned(tmp_path, step=30, reason="not promoted")
+    assert events.read(tmp_path).state is State.PRUNED
+
+
+def test_units_round_trip_through_a_claim_and_none_is_one_unit_to_max_steps():
+    u = Unit(3, UnitKind.PROMOTE, 10, 30, {"lr": 0.1}, None, 1, 0)
+    assert Unit.from_fields(json.loads(json.dumps(u.fields()))) == u
+    assert outcome(u, 90) is State.PAUSED and outcome(u, 30) is State.COMPLETED
+    none = NoScheduler(40)
+    got = none.next_unit(StudyView([], n_trials=2, max_steps=40))
+    assert got == Unit(None, UnitKind.NEW, 0, 40) and got.numbered(0).trial == 0
+    assert none.next_unit(StudyView([object(), object()], n_trials=2, max_steps=40)) is Next.DONE
+
+
+def test_a_unit_with_copy_from_copies_the_donors_checkpoints_and_leaves_the_donors_in_place(tmp_path):
+    from hpctrain.core import manifest
+    from hpctrain.core.run import RunSpec
+    from hpctrain.search import study as studies
+    from hpctrain.search.space import parse, trial_dirname
+    from hpctrain.search.worker import SearchWorker
+
+    donor = tmp_path / trial_dirname(0, {"lr": 0.5})
+    (donor / "checkpoints").mkdir(parents=True)
+    (donor / "checkpoints" / "last.pt").write_bytes(b"donor weights")
+
+    def add(m):
+        m.runs[0] = manifest.RunEntry(RunSpec(0, ("lr=0.5",), donor, 40), "1", {"trial": 0})
+
+    manifest.update(tmp_path, add)
+    own = tmp_path / trial_dirname(1, {"lr": 0.1})
+    (own / "checkpoints").mkdir(parents=True)
+    (own / "checkpoints" / "last.pt").write_bytes(b"own weights")
+    space, _ = parse(["lr=interval(0.01,1)"])
+    worker = SearchWorker("payload", str(tmp_path), studies.Settings(space=space, n_trials=2, n_workers=1))
+    unit = Unit(1, UnitKind.CONTINUE, 10, 20, {"lr": 0.2}, copy_from=0, index=1)
+    worker._copy_donor(studies.Assignment(1, 1, {"lr": 0.2}, "continue", unit=unit, dir_params={"lr": 0.1}))
+    assert (own / "checkpoints" / "last.pt").read_bytes() == b"donor weights"
+    assert (donor / "checkpoints" / "last.pt").read_bytes() == b"donor weights"  # copied, never moved
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("trial-")) == [donor.name, own.name]
