@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hpctrain.core.state import ACTIVE, FINAL, Direction, Event, EventKind, State
+from hpctrain.core.state import ACTIVE, FINAL, RESTING, Direction, Event, EventKind, State
 from hpctrain.review.fmt import STATE_STYLE
 from hpctrain.slurm.parse import SACCT_FINAL
 
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.login
 
 
 def test_states_are_active_or_final_and_json_keeps_their_text():
-    assert ACTIVE | FINAL == set(State) and not ACTIVE & FINAL
+    assert ACTIVE | FINAL | RESTING == set(State) and not ACTIVE & FINAL and not (ACTIVE | FINAL) & RESTING
     assert json.dumps({State.COMPLETED: [State.FAILED]}) == '{"completed": ["failed"]}'
     assert f"{State.RUNNING}" == "running" and State.parse("pruned") is State.PRUNED and State.parse("nope") is None
 

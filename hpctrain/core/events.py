@@ -24,6 +24,8 @@ Transitions (and the state they lead to)::
     timed_out(run_dir, error)           -> timeout    submitit gave up after ``max_num_timeout`` requeues
     cancelled(run_dir)                  -> cancelled  ``hpctrain cancel``
     pruned(run_dir, step, reason)       -> pruned     a search sweeper stopped it early
+    paused(run_dir, step)               -> paused     a search trial at its unit's end step (checkpointed);
+                                                      the next ``started`` (a promotion) resumes it
 
 Retries: a crash of any rank ends its attempt ``failed``. After the attempt's tasks have all ended,
 exactly one process decides (:func:`retry_allowed` then :func:`retrying`): the Slurm batch script after
@@ -196,6 +198,10 @@ def cancelled(run_dir: PathLike, by: str = "hpctrain cancel", job_id: Optional[s
 
 def pruned(run_dir: PathLike, step: Optional[int] = None, reason: str = "", rank: int = -1) -> Event:
     return _write(run_dir, EventKind.PRUNED, rank, step=step, reason=reason)
+
+
+def paused(run_dir: PathLike, step: Optional[int] = None, rank: int = 0, **details: Any) -> Event:
+    return _write(run_dir, EventKind.PAUSED, rank, step=step, **details)
 
 
 # ---------------------------------------------------------------- reading

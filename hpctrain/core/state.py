@@ -14,7 +14,8 @@ are placed by time, as they always were: ``retrying`` and ``requeued`` end an at
 
 Within the current submission, ``completed`` > ``pruned`` > ``cancelled`` are final: once in the record
 no later event, in any attempt, undoes them. Otherwise the latest attempt decides, by precedence, never
-by the order its events were written in: timeout > retrying > requeued > failed > running. A new start
+by the order its events were written in: timeout > retrying > requeued > failed > paused > running.
+``paused`` (a search trial at a unit's end) is neither active nor final: a promotion starts a new attempt. A new start
 after a failure (a retry, a rerun of ``python -m hpctrain``) begins a new attempt. Budgets count attempts,
 not events: a retry recorded twice for one attempt counts once. A failed attempt's error is a rank's own
 error over the collective fallout the other ranks saw (lowest rank first), whatever order they wrote in.
@@ -39,6 +40,7 @@ class State(str, Enum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     PRUNED = "pruned"
+    PAUSED = "paused"  # a search trial stopped at a unit's end, its checkpoint kept for a promotion
 
     def __str__(self) -> str:
         return self.value
@@ -54,6 +56,7 @@ class State(str, Enum):
 
 ACTIVE = frozenset({State.QUEUED, State.RUNNING, State.REQUEUED, State.HELD, State.RETRYING})
 FINAL = frozenset({State.COMPLETED, State.FAILED, State.TIMEOUT, State.CANCELLED, State.PRUNED})
+RESTING = frozenset({State.PAUSED})  # neither: no job holds it, and a promotion may yet resume it
 FAILURES = (State.FAILED, State.TIMEOUT)  # the states whose error is shown
 
 
@@ -69,6 +72,7 @@ class EventKind(str, Enum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     PRUNED = "pruned"
+    PAUSED = "paused"
 
     def __str__(self) -> str:
         return self.value
@@ -140,7 +144,7 @@ _FINAL_EVENTS = [(EventKind.COMPLETED, State.COMPLETED), (EventKind.PRUNED, Stat
 # within the latest attempt: the strongest event wins, whatever the order (or the clocks) they were written in
 _PRECEDENCE = [(EventKind.TIMEOUT, State.TIMEOUT), (EventKind.RETRYING, State.RETRYING),
                (EventKind.REQUEUED, State.REQUEUED), (EventKind.FAILED, State.FAILED),
-               (EventKind.STARTED, State.RUNNING)]
+               (EventKind.PAUSED, State.PAUSED), (EventKind.STARTED, State.RUNNING)]
 
 
 @dataclass

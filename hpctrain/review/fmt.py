@@ -15,6 +15,7 @@ STATE_STYLE: Mapping[State, str] = {
     State.RETRYING: "magenta",
     State.COMPLETED: "green",
     State.PRUNED: "blue",
+    State.PAUSED: "bright_blue",
     State.FAILED: "bold red",
     State.TIMEOUT: "red",
     State.CANCELLED: "dim",

@@ -52,6 +52,7 @@ from hpctrain.core.paths import SweepPaths
 from hpctrain.core.state import Direction
 from hpctrain.search import journal
 from hpctrain.search.space import Space, grid_size
+from hpctrain.search.units import Next  # noqa: F401 (this module's name for it since before units)
 
 STUDY_NAME = "search"
 LOCK_GRACE_S = 30  # a lock file untouched this long was left by a killed process: broken
@@ -79,6 +80,16 @@ class Settings:
     heartbeat_s: float = 10.0
     max_adoptions: int = 2  # a trial whose worker died this many times ends failed
     min_time_left_s: float = 180.0  # a worker closer than this to its time limit starts no new trial
+    # the scheduler (hpctrain.search.units): none (a trial is one unit to max_steps) | asha | hyperband | pbt
+    scheduler: str = "none"
+    max_steps: Optional[int] = None  # the app's max_steps (the last rung); read from its config on the login node
+    eval_every: Optional[int] = None
+    min_steps: Optional[int] = None
+    eta: int = 3
+    population: int = 8
+    interval: Optional[int] = None
+    quantile: float = 0.25
+    resample_p: float = 0.25
     extra: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -174,13 +185,6 @@ class Owner(Enum):
     ALIVE = "alive"  # beating, or its job is in the queue, or its process runs
     GONE = "gone"  # known gone: the queue answered without its job, its process is dead, or it let go
     UNKNOWN = "unknown"  # a query failed: keeps its trial (never read as gone)
-
-
-class Next(Enum):
-    """No trial for this worker now."""
-
-    DONE = "done"  # the study needs no more work from it
-    WAIT = "wait"  # some owner's fate is unknown (or a claim is under way): look again later
 
 
 QueueAnswer = Callable[[List[str]], Optional[Set[str]]]  # the job ids still in the queue; None: unknown

@@ -89,4 +89,12 @@ class SearchSweeperConf:
     grace_s: int = 120  # a running trial whose worker is unknown and silent this long is taken over
     heartbeat_s: float = 10.0
     params: Optional[Dict[str, str]] = None  # the space kept in a file (+sweep=NAME): key -> interval(...)
+    # schedulers (hpctrain.search.units): trials paused at a unit's end and resumed from their checkpoints
+    scheduler: str = "none"  # none (the pruner decides) | asha (promotion) | hyperband | pbt
+    min_steps: Optional[int] = None  # asha/hyperband: the first rung; default: the app's eval_every
+    eta: int = 3  # asha/hyperband: rungs at min_steps * eta^k; the top 1/eta of a rung is promoted
+    population: int = 8  # pbt: trials trained side by side
+    interval: Optional[int] = None  # pbt: steps between exploit/explore decisions; default: eval_every
+    quantile: float = 0.25  # pbt: the bottom quantile copies a top-quantile trial
+    resample_p: float = 0.25  # pbt: chance that explore resamples a value instead of perturbing it
 

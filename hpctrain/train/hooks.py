@@ -1,4 +1,5 @@
-"""What the trainer asks the code around it: stop at an eval (pruning), stop now (preemption), start, end.
+"""What the trainer asks the code around it: stop at an eval (pruning), stop now (preemption), start, end,
+and (optional) the step where a search unit ends: the run stops there, checkpointed, as ``paused``.
 
 The trainer knows hooks by this protocol only; the search trial's hook lives in hpctrain.search.bridge,
 the preemption guard in hpctrain.job.preemption, and hpctrain.app hands them to the Trainer.
@@ -23,4 +24,8 @@ class TrainerHook(Protocol):
         """After that checkpoint: hand the job over (a requeue); may not return."""
 
     def on_end(self, step: int, status: State) -> None:
-        """The run ends as ``status`` (completed or pruned); called before its final eval and checkpoint."""
+        """The run ends as ``status`` (completed, pruned or paused); called after its final eval and checkpoint."""
+
+    # optional (looked up with getattr, so hooks without it need not define it):
+    # def end_step(self) -> Optional[int]:
+    #     """Where this run must stop (a search unit's end, before max_steps): it ends ``paused`` there."""

@@ -85,6 +85,7 @@ class Every:
     eval: int
     max_steps: int
     grad_clip: float
+    end: int  # where this run stops: max_steps, or a search unit's end step (paused there)
 
 
 class Trainer:
@@ -95,7 +96,7 @@ class Trainer:
         self.grad_accum = cfg.grad_accum
         # read once: a DictConfig attribute costs microseconds, and the loop asks these every step
         self.every = Every(log=int(cfg.log_every), eval=int(cfg.eval_every or 0), max_steps=int(cfg.max_steps),
-                           grad_clip=float(cfg.grad_clip))
+                           grad_clip=float(cfg.grad_clip), end=unit_end(self.hooks, int(cfg.max_steps)))
         self.micro_bs = micro_batch_size(cfg.batch_size, info.world_size, cfg.grad_accum)
         seed_everything(cfg.seed)  # same initial weights on every rank
 
@@ -216,7 +217,7 @@ class Trainer:
     def boundary(self, step: int) -> bool:
         """After ``step`` the loop logs, evaluates, saves or ends: no batch may then be waiting fetched ahead."""
         every = self.every
-        return (step % every.log == 0 or step >= every.max_steps or self.checkpointer.due(step)
+        return (step % every.log == 0 or step >= every.end or self.checkpointer.due(step)
                 or bool(every.eval and step % every.eval == 0))
 
     def fit(self) -> Dict[str, Any]:
@@ -230,7 +231,7 @@ class Trainer:
         loss_acc, interval, last = torch.zeros((), device=self.device), 0, {}
         every = self.every
         schedule = self.schedule
-        while self.step < every.max_steps:
+        while self.step < every.end:
             if schedule and self.step in schedule:
                 self.retune(schedule[self.step])
                 every = self.every
@@ -243,7 +244,7 @@ class Trainer:
             meter.step()
             if not pause:
                 continue
-            last_step = self.step == every.max_steps
+            last_step = self.step >= every.end
             if self.step % every.log == 0 or last_step or stop_asked:
                 last, stop = self._log_step(loss_acc / interval, grad_norm, meter)
                 loss_acc.zero_()
@@ -258,7 +259,9 @@ class Trainer:
                     return self._end(State.PRUNED, last, started, reason)
             with meter.paused():
                 self.checkpointer.save(self.step)  # if due
-        return self._end(State.COMPLETED, last, started)
+        # a unit's end before max_steps: paused (checkpointed at exactly that step; the LR schedule still
+        # spans max_steps, so the resumed run goes on as if it had never stopped)
+        return self._end(State.COMPLETED if self.step >= every.max_steps else State.PAUSED, last, started)
 
     def _stop_asked(self) -> bool:
         return any(hook.should_stop(self.step) for hook in self.hooks)
@@ -341,6 +344,12 @@ class Trainer:
     def _flops_per_step(self) -> Optional[float]:
         per_sample = getattr(self.raw_model, "flops_per_sample", None)
         return None if per_sample is None else per_sample() * self.cfg.batch_size
+
+
+def unit_end(hooks: Sequence[TrainerHook], max_steps: int) -> int:
+    """The step this run stops at: the earliest of the hooks' ``end_step()`` (a search unit's), else max_steps."""
+    ends = [e for e in (getattr(h, "end_step", lambda: None)() for h in hooks) if e is not None]
+    return min([max_steps, *(int(e) for e in ends)])
 
 
 def error_tail(exc: BaseException, lines: int = 15) -> str:

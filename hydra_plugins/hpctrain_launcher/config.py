@@ -25,6 +25,13 @@ SEARCH_SWEEPER = {
     "grace_s": 120,
     "heartbeat_s": 10.0,
     "params": None,
+    "scheduler": "none",
+    "min_steps": None,
+    "eta": 3,
+    "population": 8,
+    "interval": None,
+    "quantile": 0.25,
+    "resample_p": 0.25,
 }
 
 _LAUNCHER = {  # both launchers' keys (hpctrain.submit.settings.BaseLauncherConf)
