@@ -163,15 +163,6 @@ def lineage_entry(step: int, parent: Optional[int], params: Mapping[str, Any]) -
     return {"step": int(step), "parent": parent, "params": dict(params)}
 
 
-def merge_lineage(old: Any, new: Any) -> List[Dict[str, Any]]:
-    """Entries by step, a newer entry for a step replacing an older one (a unit run again)."""
-    by_step: Dict[int, Dict[str, Any]] = {}
-    for e in list(old if isinstance(old, list) else []) + list(new if isinstance(new, list) else []):
-        if isinstance(e, dict) and isinstance(e.get("step"), int):
-            by_step[e["step"]] = e
-    return [by_step[s] for s in sorted(by_step)]
-
-
 def schedule(number: int, lineages: Mapping[int, Sequence[Mapping[str, Any]]],
              until: Optional[int] = None) -> List[Dict[str, Any]]:
     """The hyperparameters trial ``number``'s weights were trained with, as ``[{"step", "params"}]``
@@ -206,3 +197,67 @@ def _literal(value: Any) -> str:
     from hpctrain.search.space import _literal as literal
 
     return literal(value)
+
+
+# ---------------------------------------------------------------- the scheduler (hpctrain.search.units)
+class PBT:
+    """``scheduler=pbt``: ``population`` NEW units to the first boundary, then each member's next interval
+    as a CONTINUE unit once the whole population reached its boundary (``copy_from`` set on an exploit).
+    Never more than ``population`` trials."""
+
+    def __init__(self, space: Space, population: int, interval: int, max_steps: int, *,
+                 quantile: float = QUANTILE, resample_p: float = RESAMPLE_P, seed: Optional[int] = None) -> None:
+        self.space, self.population, self.interval, self.max_steps = space, int(population), int(interval), int(max_steps)
+        self.quantile, self.resample_p, self.seed = float(quantile), float(resample_p), seed
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "PBT":
+        """From the study's Settings (hpctrain.search.study.Settings)."""
+        interval = settings.interval or settings.eval_every
+        return cls(settings.space, settings.population, int(interval), int(settings.max_steps),
+                   quantile=settings.quantile, resample_p=settings.resample_p, seed=settings.seed)
+
+    def end_of(self, start: int) -> int:
+        return min(self.max_steps, start + self.interval)
+
+    def members(self, view: Any) -> List[Member]:
+        return [member_of(t, self.max_steps) for t in view.trials[: self.population]]
+
+    def next_unit(self, view: Any) -> Any:
+        from hpctrain.search.units import Next, Unit, UnitKind
+
+        if view.next_number < min(self.population, view.n_trials):
+            return Unit(None, UnitKind.NEW, 0, self.end_of(0), index=0)
+        members = self.members(view)
+        m = ready(members, len(members), self.max_steps)
+        if m is None:
+            return Next.DONE if all(x.step >= self.max_steps for x in members) else Next.IDLE
+        d = decide(m, members, self.space, quantile=self.quantile, resample_p=self.resample_p,
+                   minimize=_minimize(view), seed=self.seed)
+        return Unit(m.number, UnitKind.CONTINUE, m.step, self.end_of(m.step), d.params, d.copy_from,
+                    index=m.step // self.interval)
+
+    def stranded(self, view: Any) -> List[int]:
+        return []  # every member trains to max_steps
+
+
+def member_of(t: Any, max_steps: int) -> Member:
+    """A TrialView as a Member: a finished (or failed) trial stands at max_steps; a running one at its
+    unit's start; a paused one at the end of the unit it paused after."""
+    from hpctrain.core.state import State
+
+    unit = t.unit
+    params = dict(unit.params) if unit is not None and unit.params else dict(t.params)
+    if t.state is State.PAUSED and unit is not None:
+        step, busy = int(unit.end_step), False
+    elif t.state is State.RUNNING:
+        step, busy = (int(unit.start_step) if unit is not None else 0), True
+    else:
+        step, busy = max_steps, False  # completed, pruned or failed: it takes no more units
+    return Member(t.number, params, dict(t.values), step, busy)
+
+
+def _minimize(view: Any) -> bool:
+    from hpctrain.core.state import Direction
+
+    return Direction.parse(view.direction) is not Direction.MAX
