@@ -261,3 +261,8 @@ def _minimize(view: Any) -> bool:
     from hpctrain.core.state import Direction
 
     return Direction.parse(view.direction) is not Direction.MAX
+
+
+def scheduler(settings: Any) -> PBT:
+    """The study's scheduler for ``scheduler=pbt`` (hpctrain.search.study.build_scheduler)."""
+    return PBT.from_settings(settings)

@@ -61,6 +61,10 @@ class SearchSweeper(Sweeper):
         problems = self._check_settings() + problems
         if not problems:
             problems += check(space, str(self.conf.sampler))
+        if not problems and str(self.conf.get("scheduler", "none")) == "pbt":
+            from hpctrain.search.pbt import check_params  # keys the app cannot change mid-run are refused
+
+            problems += [p for p in [check_params(space, getattr(self.task_function, "mutable_keys", None))] if p]
         sample: Optional[Run] = None
         if not problems:
             sample, more = self._check_app(space, sweep_dir)

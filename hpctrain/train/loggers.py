@@ -46,8 +46,9 @@ class RunLogger(NullLogger):
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = Path(run_dir)
-        # purge_step: after a requeue, events past the checkpoint are dropped (no doubled stretch of curve)
-        self.writer = SummaryWriter(str(self.run_dir / runfiles.TB_DIR), purge_step=start_step or None)
+        # purge_step: after a requeue, events past the checkpoint are dropped (no doubled stretch of curve);
+        # those at its step were logged before it was saved, so they stay (a paused unit's last eval)
+        self.writer = SummaryWriter(str(self.run_dir / runfiles.TB_DIR), purge_step=start_step + 1 if start_step else None)
 
     def scalars(self, values: Dict[str, float], step: int) -> None:
         for tag, value in values.items():
