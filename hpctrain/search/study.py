@@ -49,10 +49,10 @@ from optuna.trial import FrozenTrial, TrialState
 from hpctrain._compat import optuna as optuna_compat
 from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import SweepPaths
-from hpctrain.core.state import Direction
+from hpctrain.core.state import Direction, State
 from hpctrain.search import journal
 from hpctrain.search.space import Space, grid_size
-from hpctrain.search.units import Next  # noqa: F401 (this module's name for it since before units)
+from hpctrain.search.units import Next, Scheduler, StudyView, TrialView, Unit, UnitKind
 
 STUDY_NAME = "search"
 LOCK_GRACE_S = 30  # a lock file untouched this long was left by a killed process: broken
@@ -336,6 +336,7 @@ class Assignment:
     adoptions: int = 0
     gen: int = 0  # the lease generation this worker holds: checked at commit
     trial: Any = field(default=None, repr=False)  # the optuna.Trial just asked (new trials)
+    unit: Optional[Unit] = None  # what to run (a scheduler's unit); None: the whole trial (scheduler=none)
 
 
 @dataclass
@@ -356,6 +357,8 @@ class Leases:
         self.sweep_dir, self.settings, self.me, self.fields = sweep_dir, settings, me, fields
         self.clock, self.queue, self.process = clock, queue, process
         self.gone_jobs: Set[str] = set()  # a job the queue answered without: gone for good (a requeue keeps its id queued)
+        self.scheduler = build_scheduler(settings)
+        self.ended: List[Any] = []  # (number, step, params) of paused trials this worker ended pruned
 
     # ------------------------------------------------------------ facts, outside the lock
     def _window(self) -> float:
@@ -374,7 +377,7 @@ class Leases:
         ask: Dict[int, str] = {}
         for number in running:
             lease = leases.get(number)
-            if lease is None or lease.get("owner") == self.me:
+            if lease is None or lease.get("owner") == self.me or _resting(lease):
                 continue
             state = self._without_queue(number, lease)
             if state is None:
@@ -431,10 +434,10 @@ class Leases:
         undecided = False
         for t in running:  # our own, from before a requeue
             lease = leases.get(t.number)
-            if lease is not None and lease.get("owner") == me and not lease.get("released"):
+            if lease is not None and lease.get("owner") == me and not lease.get("released") and not _resting(lease):
                 adoptions = int(lease.get("adoptions", 0))
-                if self._claim(t.number, int(lease["gen"]) + 1, adoptions) is not None:
-                    return self._assignment(t, "resumed", adoptions, int(lease["gen"]) + 1)
+                if self._claim(t.number, int(lease["gen"]) + 1, adoptions, unit=lease.get("unit")) is not None:
+                    return self._assignment(t, "resumed", adoptions, int(lease["gen"]) + 1, lease.get("unit"))
         for t in running:  # a gone worker's
             lease = leases.get(t.number)
             if lease is None:  # asked, then its asker died before its claim was read: by the trial's age
@@ -442,6 +445,11 @@ class Leases:
                     undecided = True
                     continue
                 lease = {"gen": 0, "adoptions": 0}
+            elif lease.get("paused"):
+                continue  # between units: the scheduler's to resume, nobody's to adopt
+            elif lease.get("ended"):
+                tell(study, t.number, TrialState.PRUNED)  # its ender died between its claim and the tell
+                continue
             elif lease.get("released"):
                 pass  # let go at a time limit: anyone resumes it
             elif lease.get("owner") == me:
@@ -460,35 +468,91 @@ class Leases:
             released = bool(lease.get("released"))
             adoptions = int(lease.get("adoptions", 0)) + (0 if released else 1)
             gen = int(lease["gen"]) + 1
-            if self._claim(t.number, gen, adoptions) is None:
+            if self._claim(t.number, gen, adoptions, unit=lease.get("unit")) is None:
                 continue  # another worker took it first
             if adoptions > s.max_adoptions:
                 settle_failed(study, t, f"its worker died {adoptions - 1} time(s) while running it")
                 continue
-            return self._assignment(t, "adopted", adoptions, gen)
+            return self._assignment(t, "adopted", adoptions, gen, lease.get("unit"))
         number = len(trials)
+        unit: Optional[Unit] = None
+        if self.scheduler is not None:
+            view = self.view(study, trials, leases)
+            picked = self.scheduler.next_unit(view)
+            if isinstance(picked, Next):
+                if picked is Next.DONE and not undecided:
+                    self._end_stranded(study, view, leases)
+                return Next.WAIT if undecided else picked
+            if picked.kind is not UnitKind.NEW:
+                return self._resume(study, picked, leases)
+            unit = picked.numbered(number)
         if number >= budget(s):
             return Next.WAIT if undecided else Next.DONE
         lease = leases.get(number)  # the next number's claim: its claimant is asking now, or died asking
         if lease is not None and now - float(lease.get("since", 0)) <= s.grace_s:
             return Next.WAIT
         gen = (int(lease["gen"]) if lease else 0) + 1
-        if self._claim(number, gen, 0) is None:
+        if self._claim(number, gen, 0, unit=unit.fields() if unit else None) is None:
             return Next.WAIT
         trial = study.ask()  # the sampler's per-parameter work waits for _fill_params, outside the lock
         if trial.number != number:  # someone asked without claiming first (not hpctrain): claim what we got
             gen = int((read_lease(self.sweep_dir, trial.number) or {"gen": 0})["gen"]) + 1
-            if self._claim(trial.number, gen, 0) is None:
+            unit = unit.numbered(trial.number) if unit else None
+            if self._claim(trial.number, gen, 0, unit=unit.fields() if unit else None) is None:
                 return Next.WAIT
-        return Assignment(trial.number, optuna_compat.trial_id(trial), {}, "new", 0, gen, trial)
+        return Assignment(trial.number, optuna_compat.trial_id(trial), {}, "new", 0, gen, trial, unit)
+
+    # ------------------------------------------------------------ units (schedulers other than none)
+    def view(self, study: optuna.Study, trials: List[FrozenTrial], leases: Dict[int, Dict[str, Any]]) -> StudyView:
+        """What the scheduler decides from: each trial's state (paused from its lease), values and unit."""
+        s = self.settings
+        out = []
+        for t in trials:
+            lease = leases.get(t.number) or {}
+            state = _STATES.get(t.state, State.RUNNING)
+            if state is State.RUNNING and lease.get("paused"):
+                state = State.PAUSED
+            unit = Unit.from_fields(lease["unit"]) if isinstance(lease.get("unit"), dict) else None
+            out.append(TrialView(t.number, state, dict(t.params), dict(t.intermediate_values), unit))
+        return StudyView(out, budget(s), int(s.max_steps or 0), Direction.parse(s.direction))
+
+    def _resume(self, study: optuna.Study, unit: Unit, leases: Dict[int, Dict[str, Any]]) -> "Assignment | Next":
+        """Claim a paused trial's next unit (a promotion, a PBT interval): the next generation of its lease,
+        so of two workers promoting it one wins, and a trial leaves a rung once."""
+        assert unit.trial is not None
+        lease = leases.get(unit.trial)
+        if lease is None or not lease.get("paused"):
+            return Next.WAIT
+        gen = int(lease["gen"]) + 1
+        if self._claim(unit.trial, gen, 0, unit=unit.fields()) is None:
+            return Next.WAIT  # another worker took it first: look again
+        t = study.get_trials(deepcopy=False)[unit.trial]
+        params = dict(unit.params) or dict(t.params)
+        return Assignment(t.number, optuna_compat.trial_id(t), params, unit.kind.value, 0, gen, None, unit)
+
+    def _end_stranded(self, study: optuna.Study, view: StudyView, leases: Dict[int, Dict[str, Any]]) -> None:
+        """The study is done: every trial still paused ends pruned at the step it paused at (its lease
+        first, so one worker ends it; then the study). ``self.ended`` tells the worker whose records to write."""
+        assert self.scheduler is not None
+        by = view.by_number()
+        for number in self.scheduler.stranded(view):
+            lease = leases.get(number)
+            if lease is None or not lease.get("paused"):
+                continue
+            if self._claim(number, int(lease["gen"]) + 1, 0, unit=lease.get("unit"), ended=True) is None:
+                continue
+            if tell(study, number, TrialState.PRUNED):
+                self.ended.append((number, by[number].paused_at, dict(by[number].params)))
 
     def _claim(self, number: int, gen: int, adoptions: int, **extra: Any) -> Optional[Dict[str, Any]]:
         return claim(self.sweep_dir, number, gen, self.me, self.clock(), adoptions=adoptions,
                      **self.fields, **extra)
 
     @staticmethod
-    def _assignment(t: FrozenTrial, how: str, adoptions: int, gen: int) -> Assignment:
-        return Assignment(t.number, optuna_compat.trial_id(t), dict(t.params), how, adoptions, gen)
+    def _assignment(t: FrozenTrial, how: str, adoptions: int, gen: int,
+                    unit: Optional[Dict[str, Any]] = None) -> Assignment:
+        return Assignment(t.number, optuna_compat.trial_id(t), dict(t.params), how, adoptions, gen,
+                          unit=Unit.from_fields(unit) if isinstance(unit, dict) else None)
 
     def _fill_params(self, study: optuna.Study, a: Assignment) -> None:
         """The trial's parameters, sampled now (no lock held) for a new trial or one whose asker died
@@ -505,7 +569,7 @@ class Leases:
     def holds(self, a: Assignment) -> bool:
         lease = read_lease(self.sweep_dir, a.number)
         return lease is not None and lease.get("owner") == self.me and int(lease["gen"]) == a.gen \
-            and not lease.get("released")
+            and not lease.get("released") and not _resting(lease)
 
     def beat(self, a: Assignment) -> None:
         touch(alive_path(self.sweep_dir, a.number, self.me), self.clock())
@@ -523,7 +587,47 @@ class Leases:
         with trials_lock(self.sweep_dir):
             if not self.holds(a):
                 return False
-            return self._claim(a.number, a.gen + 1, a.adoptions, released=True) is not None
+            return self._claim(a.number, a.gen + 1, a.adoptions, released=True,
+                               unit=a.unit.fields() if a.unit else None) is not None
+
+    def pause(self, a: Assignment) -> bool:
+        """The unit ran to its end before max_steps: the trial waits, paused, for the scheduler's next unit."""
+        assert a.unit is not None
+        with trials_lock(self.sweep_dir):
+            if not self.holds(a):
+                return False
+            return self._claim(a.number, a.gen + 1, 0, paused=True, step=a.unit.end_step,
+                               unit=a.unit.fields()) is not None
+
+
+def _resting(lease: Dict[str, Any]) -> bool:
+    """Between units (paused) or ended: no owner runs it."""
+    return bool(lease.get("paused") or lease.get("ended"))
+
+
+_STATES = {TrialState.COMPLETE: State.COMPLETED, TrialState.PRUNED: State.PRUNED, TrialState.FAIL: State.FAILED}
+
+
+def build_scheduler(settings: Settings) -> Optional[Scheduler]:
+    """The study's scheduler; None for ``none`` (each trial one run to max_steps, as before schedulers)."""
+    name = settings.scheduler
+    if name == "none":
+        return None
+    assert settings.max_steps, "a scheduler needs the app's max_steps (checked on the login node)"
+    first = int(settings.min_steps or settings.eval_every or 1)
+    if name == "asha":
+        from hpctrain.search.asha import Asha
+
+        return Asha(first, settings.eta, settings.max_steps)
+    if name == "hyperband":
+        from hpctrain.search.asha import hyperband
+
+        return hyperband(first, settings.eta, settings.max_steps)
+    if name == "pbt":
+        from hpctrain.search import pbt  # the population's scheduler (its own module)
+
+        return pbt.scheduler(settings)  # type: ignore[attr-defined]
+    raise ValueError(f"hydra.sweeper.scheduler={name!r}: expected one of none, asha, hyperband, pbt")
 
 
 def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:

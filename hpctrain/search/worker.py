@@ -38,8 +38,10 @@ from hpctrain.core.state import State
 from hpctrain.search import study as studies
 from hpctrain.search.bridge import TrialBridge, activate
 from hpctrain.search.space import trial_dirname
+from hpctrain.search.units import Unit, outcome
 
 POLL_S = 0.2
+IDLE_S = 1.0  # between looks while running units may yet bring a promotion
 WAIT_S = 5.0  # between looks while an owner's fate is unknown
 WAIT_MAX_GRACES = 5  # a worker waits for unknown owners at most this many grace periods
 INFRA_RETRIES = 3
@@ -82,6 +84,10 @@ class SearchWorker:
                 why = f"{left:.0f} s to its time limit: no new trial"
                 break
             a = self._retrying("choosing a trial", lambda st: leases.next_trial(st))
+            self._end_stranded(leases)
+            if a is studies.Next.IDLE:
+                time.sleep(IDLE_S)  # units run whose results may bring a promotion: look again
+                continue
             if a is studies.Next.WAIT and waited < WAIT_MAX_GRACES * self.settings.grace_s:
                 time.sleep(WAIT_S)  # an owner's fate is unknown (the queue did not answer): look again
                 waited += WAIT_S
@@ -91,7 +97,8 @@ class SearchWorker:
             if not isinstance(a, studies.Assignment):
                 break
             waited = 0.0
-            print(f"hpctrain search: worker {worker} ({me}): trial {a.number} ({a.how}) {a.params}", flush=True)
+            unit = f" steps {a.unit.start_step}-{a.unit.end_step}" if a.unit is not None else ""
+            print(f"hpctrain search: worker {worker} ({me}): trial {a.number} ({a.how}{unit}) {a.params}", flush=True)
             state, value = self._run(a, me, self.study, seq, leases)
             done.append({"trial": a.number, "state": state, "value": value})
             if state == INTERRUPTED:
@@ -119,7 +126,8 @@ class SearchWorker:
         """Tell this task's other ranks which trial comes next (or that none does)."""
         msg = {"attempt": _attempt(), "seq": seq, "stop": a is None}
         if a is not None:
-            msg.update(number=a.number, trial_id=a.trial_id, params=a.params, how=a.how)
+            msg.update(number=a.number, trial_id=a.trial_id, params=a.params, how=a.how,
+                       unit=a.unit.fields() if a.unit is not None else None)
         write_json_atomic(_announce_path(self.sweep_dir, me), msg)
 
     # ------------------------------------------------------------------ other ranks
@@ -133,7 +141,8 @@ class SearchWorker:
             last = int(msg["seq"])
             if msg.get("stop"):
                 return {"rank": env.global_rank, "trials": ran}
-            a = studies.Assignment(int(msg["number"]), int(msg["trial_id"]), dict(msg["params"]), str(msg["how"]))
+            a = studies.Assignment(int(msg["number"]), int(msg["trial_id"]), dict(msg["params"]), str(msg["how"]),
+                                   unit=Unit.from_fields(msg["unit"]) if msg.get("unit") else None)
             self._run(a, me, None, last)
             ran += 1
 
@@ -159,7 +168,8 @@ class SearchWorker:
         beat = _Heartbeat(studies.alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
         _running["run_dir"] = run_dir
         _running.pop("interrupted", None)
-        bridge = TrialBridge(a.number, s.metric, trial)
+        end = a.unit.end_step if a.unit is not None and a.unit.end_step < int(s.max_steps or 0) else None
+        bridge = TrialBridge(a.number, s.metric, trial, end=end, max_steps=s.max_steps, run_dir=str(run_dir))
         try:
             with activate(bridge):
                 ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
@@ -189,7 +199,8 @@ class SearchWorker:
         manifest.update(sweep, add)
         if a.how == "new":
             events.submitted(run_dir, trial=a.number)
-        events.started(run_dir, job_id=me, trial=a.number, how=a.how)
+        unit = {"unit": a.unit.fields()} if a.unit is not None else {}
+        events.started(run_dir, job_id=me, trial=a.number, how=a.how, **unit)
 
     def _settle(self, a: studies.Assignment, run_dir: Path, ret: Any, bridge: TrialBridge,
                 leases: studies.Leases) -> "tuple[State, Optional[float]]":
@@ -226,10 +237,29 @@ class SearchWorker:
             tell(TrialState.FAIL)
             summary.write(run_dir, **fields)
             return State.FAILED, None
+        if a.unit is not None:  # the objective at the unit's end: the scheduler's rung value
+            fields["rung" if s.scheduler in ("asha", "hyperband") else "interval"] = a.unit.index
+            self._retrying("reporting", lambda st: bridge.report(value, a.unit.end_step)  # type: ignore[union-attr]
+                           if bridge.trial is not None else None)
+            if outcome(a.unit, int(s.max_steps or 0)) is State.PAUSED:
+                events.paused(run_dir, step=a.unit.end_step, index=a.unit.index)
+                summary.write(run_dir, **fields)
+                if not self._retrying("pausing a trial", lambda st: leases.pause(a)):
+                    print(f"hpctrain search: trial {a.number}: its lease passed to another worker; not paused",
+                          flush=True)
+                return State.PAUSED, value
         events.completed(run_dir, value=value)
         tell(TrialState.COMPLETE, value)
         summary.write(run_dir, **fields)
         return State.COMPLETED, value
+
+    def _end_stranded(self, leases: studies.Leases) -> None:
+        """The records of the paused trials this worker ended (the study is done: nothing will promote them)."""
+        while leases.ended:
+            number, step, params = leases.ended.pop()
+            run_dir = Path(self.sweep_dir) / trial_dirname(number, params)
+            events.pruned(run_dir, step=step, reason="paused, never promoted: the study ended", rank=0)
+            summary.write(run_dir, trial=number)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2 (rank 0): requeue this worker; it takes its trial back when it restarts

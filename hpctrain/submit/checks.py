@@ -246,3 +246,68 @@ def unread_keys(cfg: Mapping[str, Any]) -> List[str]:
         hint = f"; did you mean {_ALIASES.get(close[0], close[0])}?" if close else ""
         out.append(f"{key}: hpctrain's app does not read this key, so it changes nothing{hint}")
     return out
+
+
+# ---------------------------------------------------------------- search schedulers (hydra.sweeper.scheduler)
+SCHEDULERS = ("none", "asha", "hyperband", "pbt")  # as hpctrain.search.units.SCHEDULERS
+TRIAL_API = ("hpctrain.trial", "hpctrain.search.api", "from hpctrain import trial")
+
+
+def uses_trial_api(task_function: Any) -> Optional[bool]:
+    """Whether a Hydra app can stop at a unit's end and resume: hpctrain's own app, or one whose source file
+    names the trial API (:mod:`hpctrain.search.api`); None when its source cannot be read."""
+    module = getattr(task_function, "__module__", "") or ""
+    if module == "hpctrain.app" or module.startswith("hpctrain.app."):
+        return True
+    import inspect
+
+    try:
+        source = Path(inspect.getsourcefile(task_function) or "").read_text()
+    except (OSError, TypeError):
+        return None
+    return any(name in source for name in TRIAL_API)
+
+
+def scheduler_problems(conf: Mapping[str, Any], max_steps: Any, eval_every: Any, uses_api: Optional[bool],
+                       app: str = "the app") -> List[str]:
+    """The scheduler's settings against the app's config, one line per problem (nothing submitted)."""
+    name = conf.get("scheduler", "none")
+    if name not in SCHEDULERS:
+        return [f"hydra.sweeper.scheduler={name}: unknown scheduler (expected one of {', '.join(SCHEDULERS)})"]
+    if name == "none":
+        return []
+    problems: List[str] = []
+    if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+        return [f"hydra.sweeper.scheduler={name}: {app}'s config has no integer max_steps (the last rung or "
+                f"interval); got {max_steps!r}"]
+    if uses_api is False:
+        problems.append(f"hydra.sweeper.scheduler={name}: {app} does not use hpctrain's trial API (hpctrain.trial: "
+                        f"end_step, report, save_state), so it cannot pause at a unit's end; use scheduler=none")
+    every = eval_every if isinstance(eval_every, int) and not isinstance(eval_every, bool) and eval_every > 0 else None
+    if name in ("asha", "hyperband"):
+        eta, first = conf.get("eta"), conf.get("min_steps") or every
+        if not isinstance(eta, int) or isinstance(eta, bool) or eta < 2:
+            problems.append(f"hydra.sweeper.eta={eta}: expected an integer >= 2 (the top 1/eta of a rung is promoted)")
+        if not isinstance(first, int) or isinstance(first, bool) or first < 1:
+            problems.append(f"hydra.sweeper.min_steps={first}: expected an integer >= 1 (the first rung)")
+        elif first >= max_steps:
+            problems.append(f"hydra.sweeper.min_steps={first}: expected fewer than max_steps={max_steps} "
+                            f"(the first rung comes before the end)")
+        elif every and first % every:
+            problems.append(f"hydra.sweeper.min_steps={first}: expected a multiple of eval_every={every} "
+                            f"(the objective is read at each rung)")
+    if name == "pbt":
+        population, interval = conf.get("population"), conf.get("interval") or every
+        if not isinstance(population, int) or isinstance(population, bool) or population < 2:
+            problems.append(f"hydra.sweeper.population={population}: expected an integer >= 2")
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+            problems.append(f"hydra.sweeper.interval={interval}: expected an integer >= 1 (steps between decisions)")
+        elif every and (interval < every or interval % every):
+            problems.append(f"hydra.sweeper.interval={interval}: expected a multiple of eval_every={every} "
+                            f"(a decision needs an objective)")
+        q, p = conf.get("quantile"), conf.get("resample_p")
+        if not isinstance(q, (int, float)) or not 0 < float(q) <= 0.5:
+            problems.append(f"hydra.sweeper.quantile={q}: expected a number in (0, 0.5]")
+        if not isinstance(p, (int, float)) or not 0 <= float(p) <= 1:
+            problems.append(f"hydra.sweeper.resample_p={p}: expected a number in [0, 1]")
+    return problems

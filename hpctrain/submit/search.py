@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from hpctrain.core import manifest
 from hpctrain.core.state import Direction
 from hpctrain.core.run import RunSpec
+from hpctrain.submit.checks import scheduler_problems, uses_trial_api
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.lock import one_submission
 from hpctrain.submit.launcher import BaseLauncher, implementation_of
@@ -72,6 +73,16 @@ class SearchSweeper(Sweeper):
         metric, direction = self._objective(sample)
         settings = self._settings(space, metric, direction, launcher)
         eval_every = OmegaConf.select(sample.cfg, "eval_every", default=None) if sample is not None else None
+        if sample is not None:
+            max_steps = OmegaConf.select(sample.cfg, "max_steps", default=None)
+            problems += scheduler_problems(self.conf, max_steps, eval_every, uses_trial_api(self.task_function),
+                                           getattr(self.task_function, "__module__", None) or "the app")
+            if self.conf.scheduler == "pbt" and not problems:
+                problems += _pbt_problems(space)
+            if self.conf.scheduler != "none" and isinstance(max_steps, int):
+                settings.max_steps = max_steps
+                settings.eval_every = eval_every if isinstance(eval_every, int) and eval_every > 0 else None
+                settings.pruner = "none"  # the scheduler decides which trials go on
         settings.extra["startup_trials"] = max(0, int(self.conf.startup_trials))
         if isinstance(eval_every, int) and eval_every > 0:
             settings.extra["first_eval_step"] = eval_every  # the pruner leaves each trial's first eval alone
@@ -90,7 +101,8 @@ class SearchSweeper(Sweeper):
         if launcher.params.dry_run:
             print(launcher.describe(runs, sweep_dir, calling=Calling.POSITIONAL).scripts())
             print(f"search: {settings.n_trials} trials, {len(runs)} worker(s), sampler={settings.sampler}, "
-                  f"pruner={settings.pruner}, objective {metric or 'return value'} ({direction})")
+                  f"pruner={settings.pruner}, scheduler={settings.scheduler}, "
+                  f"objective {metric or 'return value'} ({direction})")
             print("dry run: nothing submitted")
             return None
 
@@ -106,6 +118,8 @@ class SearchSweeper(Sweeper):
         runs = runs[: min(len(runs), left)]
         study.set_user_attr("hpctrain", {"metric": metric, "direction": direction, "sampler": settings.sampler,
                                          "pruner": settings.pruner, "n_trials": settings.n_trials,
+                                         "scheduler": settings.scheduler, "min_steps": settings.min_steps,
+                                         "eta": settings.eta, "max_steps": settings.max_steps,
                                          "params": {p.name: p.text for p in space.params}})
         with one_submission(sweep_dir):  # numbered and recorded one at a time (lock.py)
             return self._submit(launcher, runs, settings, sweep_dir)
@@ -124,6 +138,8 @@ class SearchSweeper(Sweeper):
                 launcher.kind, getattr(self.task_function, "__module__", None),
                 str(launcher.params.submitit_folder), os.getpid())
             m.search = {"n_trials": settings.n_trials, "sampler": settings.sampler, "pruner": settings.pruner,
+                        "scheduler": settings.scheduler, "min_steps": settings.min_steps, "eta": settings.eta,
+                        "max_steps": settings.max_steps,
                         "metric": settings.metric, "direction": Direction.parse(settings.direction).optuna}
             m.submissions.append(manifest.Submission(launcher_pid=os.getpid(), extra={"workers": len(runs)}))
 
@@ -238,10 +254,23 @@ class SearchSweeper(Sweeper):
         return StudySettings(space=space, n_trials=n_trials, n_workers=min(n_workers, n_trials),
                         sampler=str(c.sampler), pruner=str(c.pruner), seed=c.seed, metric=metric,
                         direction=direction, grace_s=int(c.grace_s), heartbeat_s=float(c.heartbeat_s),
-                        max_adoptions=max(1, int(launcher.params.max_retries) + 1))
+                        max_adoptions=max(1, int(launcher.params.max_retries) + 1),
+                        scheduler=str(c.scheduler), min_steps=c.min_steps, eta=int(c.eta) if isinstance(c.eta, int) else 3,
+                        population=int(c.population) if isinstance(c.population, int) else 8,
+                        interval=c.interval, quantile=float(c.quantile), resample_p=float(c.resample_p))
 
 
 _ABSENT = object()
+
+
+def _pbt_problems(space: Space) -> List[str]:
+    """The PBT parameters' kinds (continuous or a choice), checked by the PBT scheduler's own module."""
+    try:
+        from hpctrain.search import pbt
+    except ImportError:
+        return ["hydra.sweeper.scheduler=pbt: this hpctrain has no PBT scheduler (hpctrain.search.pbt)"]
+    check = getattr(pbt, "check_params", None)  # hpctrain.search.pbt.check_params(space) -> List[str]
+    return list(check(space)) if check is not None else []
 
 
 def _counts(counts: Dict[str, int]) -> str:
