@@ -35,6 +35,7 @@ from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import SweepPaths
 from hpctrain.core.run import RunSpec
 from hpctrain.core.state import State
+from hpctrain.search import exploit
 from hpctrain.search import study as studies
 from hpctrain.search.bridge import TrialBridge, activate
 from hpctrain.search.space import trial_dirname
@@ -92,6 +93,8 @@ class SearchWorker:
                 time.sleep(WAIT_S)  # an owner's fate is unknown (the queue did not answer): look again
                 waited += WAIT_S
                 continue
+            if isinstance(a, studies.Assignment) and a.unit is not None and self.settings.scheduler == "pbt":
+                exploit.before(sweep, a.number, a.unit, a.params)  # the exploit's copy, the lineage
             seq += 1
             self._announce(me, seq, a if isinstance(a, studies.Assignment) else None)
             if not isinstance(a, studies.Assignment):
@@ -153,8 +156,8 @@ class SearchWorker:
         _fresh_rendezvous_port(seq)
         s, sweep = self.settings, self.sweep_dir
         overrides = s.space.overrides(a.params)
-        dirname = trial_dirname(a.number, a.params)
-        run_dir = Path(sweep) / dirname
+        run_dir = exploit.trial_dir(sweep, a.number, a.params)  # a PBT member keeps its first name
+        dirname = run_dir.name
         config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(config):
             config.hydra.sweep.subdir = dirname
@@ -185,6 +188,8 @@ class SearchWorker:
             if not self._retrying("releasing a trial", lambda st: leases.release(a)):
                 print(f"hpctrain search: trial {a.number}: no longer ours to release", flush=True)
             return INTERRUPTED, None
+        if a.unit is not None and s.scheduler == "pbt" and ret.status != JobStatus.FAILED:
+            exploit.after_unit(run_dir, a.unit.end_step, int(s.max_steps or 0))  # kept before the trial pauses
         return self._settle(a, run_dir, ret, bridge, leases)
 
     def _register(self, a: studies.Assignment, dirname: str, overrides: List[str], me: str,
