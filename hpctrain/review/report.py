@@ -13,7 +13,7 @@ from hpctrain.core.atomic import write_text_atomic
 from hpctrain.core.state import FAILURES, Direction
 from hpctrain.submit import provenance
 from hpctrain.review import cost as costs
-from hpctrain.review import fmt, plots
+from hpctrain.review import fmt, lineage, plots
 from hpctrain.review import search as search_review
 from hpctrain.review.plots import Curve, read_scalars
 from hpctrain.review.ranking import (
@@ -114,6 +114,11 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
         con.print(Text.assemble(("reproduce: ", "bold"), command or ""), soft_wrap=True)
         for line in code:
             con.print(Text.assemble(("code: ", "bold"), line), soft_wrap=True)
+    pbt_lines, replay, pbt_images = lineage.section(ranking, records, manifest.app if manifest else None, sweep_dir)
+    for line in pbt_lines:
+        con.print(line, soft_wrap=True, markup=False, highlight=False)
+    if replay:
+        con.print(Text.assemble(("replay as one run: ", "bold"), replay), soft_wrap=True)
     failed = [x.record for x in ranking.runs if x.record.state in FAILURES]
     for r in failed[:MAX_ERRORS]:
         lines = [line for line in (r.error or "").splitlines() if line.strip()][-5:]
@@ -127,7 +132,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
                   soft_wrap=True)
 
     try:
-        images = _plots(ranking, curves, swept, sweep_dir)
+        images = _plots(ranking, curves, swept, sweep_dir) + pbt_images
         if snap.sweep.search is not None:  # each trial's objective and the best so far
             points = [(x.record.idx, x.value, x.record.state) for x in ranking.runs if x.value is not None]
             if points:
