@@ -52,6 +52,7 @@ class RunRow:
     wall_s: float = 0.0  # the attempts' time by the run's own record (cost.record_wall)
     attempts: int = 0
     sys: Dict[str, float] = field(default_factory=dict)  # utilisation the job sampled (metrics.json "sys")
+    stage: str = ""  # a PBT trial's interval ("interval 2": its lineage's length), else empty
 
     def __post_init__(self) -> None:
         self.state = State(self.state)  # a state given as its JSON text
@@ -235,6 +236,9 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
         objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
     )
     row.wall_s, row.attempts = record_wall(rs, now)
+    lineage = summary.get("lineage")
+    if isinstance(lineage, list) and lineage:
+        row.stage = f"interval {len(lineage)}"
     sampled = summary.get("sys")
     if isinstance(sampled, dict):
         row.sys = {k: float(v) for k, v in sampled.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

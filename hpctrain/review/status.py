@@ -30,7 +30,7 @@ def print_table(snap: Snapshot, con: Any, cost_of: Optional[Dict[int, costs.Cost
     headers += ["elapsed", "restarts", "GPU-h", "log"]
     rows, styles = [], []
     for r in snap.runs:
-        row = [str(r.idx), fmt.label(r.values, r.overrides), r.state, fmt.bar(r.step, r.max_steps, fancy=fancy),
+        row = [str(r.idx), fmt.label(r.values, r.overrides), f"{r.state} ({r.stage})" if r.stage else r.state, fmt.bar(r.step, r.max_steps, fancy=fancy),
                fmt.number(r.loss)]
         row += [fmt.number(r.metrics.get(metric))] if metric else []
         rows.append(row + [fmt.duration(r.elapsed_s), str(r.restarts), costs.shown((cost_of or {}).get(r.idx)),
