@@ -85,3 +85,10 @@ def test_pbt_population_of_4_over_3_intervals(tmp_path, slurm_cluster):
     assert all(lr[s] == pytest.approx(own[s], rel=1e-6) for s in own if s > since)  # as the trial recorded
     a, b = model_of(replay / "checkpoints" / "last.pt"), model_of(dirs[best] / "checkpoints" / "last.pt")
     assert all(torch.equal(a[k], b[k]) for k in a)  # the same weights: the exploits took the donors' exactly
+    # a member that exploited, replayed from its schedule (its donor's values up to the copy): the same weights
+    exploiter = tmp_path / "exploiter"
+    run_hpctrain(STEPS + pbt.replay_overrides(pbt.schedule(me, lineages)) + [f"hydra.run.dir={exploiter}"],
+                 cwd=tmp_path, timeout=300)
+    a, b = model_of(exploiter / "checkpoints" / "last.pt"), model_of(dirs[me] / "checkpoints" / "last.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert len(pbt.schedule(me, lineages)) >= 2  # its donor's values, then its own explored ones
