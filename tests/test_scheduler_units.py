@@ -40,6 +40,14 @@ class EndAt:
         return self.end
 
 
+def _tb_steps(run_dir, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
 def _weights(run_dir):
     return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
 
@@ -61,6 +69,9 @@ def test_a_unit_that_ends_before_max_steps_pauses_there_and_its_resume_equals_an
     assert a["scheduler"] == b["scheduler"]  # the LR schedule spans max_steps in every unit
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
+    # one TensorBoard run, its curve continuous across the pauses: every step of the whole run's, once
+    assert [s for s, _ in _tb_steps(split, "train/loss")] == [s for s, _ in _tb_steps(tmp_path / "whole", "train/loss")]
+    assert [s for s, _ in _tb_steps(split, "val/loss")] == [10, 20, 30, 40]
 
 
 def test_a_unit_resumed_at_or_past_its_end_pauses_again_without_training(tmp_path):
@@ -90,3 +101,28 @@ def test_units_round_trip_through_a_claim_and_none_is_one_unit_to_max_steps():
     got = none.next_unit(StudyView([], n_trials=2, max_steps=40))
     assert got == Unit(None, UnitKind.NEW, 0, 40) and got.numbered(0).trial == 0
     assert none.next_unit(StudyView([object(), object()], n_trials=2, max_steps=40)) is Next.DONE
+
+
+def test_a_unit_with_copy_from_copies_the_donors_checkpoints_and_leaves_the_donors_in_place(tmp_path):
+    from hpctrain.core import manifest
+    from hpctrain.core.run import RunSpec
+    from hpctrain.search import exploit
+    from hpctrain.search.space import trial_dirname
+
+    donor = tmp_path / trial_dirname(0, {"lr": 0.5})
+    (donor / "checkpoints").mkdir(parents=True)
+    (donor / "checkpoints" / "last.pt").write_bytes(b"donor weights")
+
+    def add(m):
+        m.runs[0] = manifest.RunEntry(RunSpec(0, ("lr=0.5",), donor, 40), "1", {"trial": 0})
+
+    manifest.update(tmp_path, add)
+    own = tmp_path / trial_dirname(1, {"lr": 0.1})
+    (own / "checkpoints").mkdir(parents=True)
+    (own / "checkpoints" / "last.pt").write_bytes(b"own weights")
+    unit = Unit(1, UnitKind.CONTINUE, 10, 20, {"lr": 0.2}, copy_from=0, index=1)
+    exploit.keep(donor, 10)  # the donor's boundary at the copy step (its unit's end: SearchWorker._run)
+    exploit.before(tmp_path, 1, unit, {"lr": 0.2})  # what SearchWorker._lead does before announcing the unit
+    assert (own / "checkpoints" / "last.pt").read_bytes() == b"donor weights"
+    assert (donor / "checkpoints" / "last.pt").read_bytes() == b"donor weights"  # copied, never moved
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("trial-")) == [donor.name, own.name]

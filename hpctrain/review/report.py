@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional
 from rich.markup import escape
 
 from hpctrain.core import manifest as manifests
+from hpctrain.core import summary as summaries
 from hpctrain.core.atomic import write_text_atomic
 from hpctrain.core.state import FAILURES, Direction
 from hpctrain.submit import provenance
@@ -114,6 +115,14 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
         con.print(Text.assemble(("reproduce: ", "bold"), command or ""), soft_wrap=True)
         for line in code:
             con.print(Text.assemble(("code: ", "bold"), line), soft_wrap=True)
+    rungs = search_review.rung_table(snap.sweep.search or {}, [(r.idx, r.state, summaries.read(r.run_dir) or {})
+                                                            for r in records if r.run_dir])
+    if rungs:  # ASHA's rung table: trials per rung, promoted from it, the best there
+        con.print("\n[bold]rungs[/] (bracket, rung, step: trials, promoted, best)", soft_wrap=True)
+        for row in rungs:
+            best = "-" if row["best"] is None else f"{fmt.number(row['best'])} (#{row['best_trial']})"
+            con.print(f"  {row['bracket']}  rung {row['rung']}  step {row['step']}: {row['trials']} trial(s), "
+                      f"{row['promoted']} promoted, best {best}", soft_wrap=True, markup=False, highlight=False)
     pbt_lines, replay, pbt_images = lineage.section(ranking, records, manifest.app if manifest else None, sweep_dir)
     for line in pbt_lines:
         con.print(line, soft_wrap=True, markup=False, highlight=False)

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from hpctrain.core import events, summary
 from hpctrain.core.paths import RunPaths
-from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RunState, State
+from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RESTING, RunState, State
 from hpctrain.review import jobs
 from hpctrain.review.cost import record_wall
 from hpctrain.review import search as search_review
@@ -52,7 +52,7 @@ class RunRow:
     wall_s: float = 0.0  # the attempts' time by the run's own record (cost.record_wall)
     attempts: int = 0
     sys: Dict[str, float] = field(default_factory=dict)  # utilisation the job sampled (metrics.json "sys")
-    stage: str = ""  # a PBT trial's interval ("interval 2": its lineage's length), else empty
+    stage: Optional[str] = None  # a search scheduler's trial: the rung (or PBT interval) it is at or runs to
 
     def __post_init__(self) -> None:
         self.state = State(self.state)  # a state given as its JSON text
@@ -119,8 +119,8 @@ class _Judge:
         state = rs.state if rs.state is not None else State.parse(summary.get("status"))  # older runs: metrics.json
         if state in FAILURES:
             return self._failed(spec, state, rs.error or summary.get("error"))
-        if state in FINAL:
-            return state, ""
+        if state in FINAL or state in RESTING:
+            return state, ""  # paused: no job holds it, whatever its last worker runs now
         job_id = spec.job_id
         if self.sweep.launcher == "slurm":
             if self.queue is None:
@@ -236,9 +236,9 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
         objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
     )
     row.wall_s, row.attempts = record_wall(rs, now)
-    lineage = summary.get("lineage")
-    if isinstance(lineage, list) and lineage:
-        row.stage = f"interval {len(lineage)}"
+    for key in ("rung", "interval"):
+        if isinstance(summary.get(key), int):
+            row.stage = f"{key} {summary[key]}"
     sampled = summary.get("sys")
     if isinstance(sampled, dict):
         row.sys = {k: float(v) for k, v in sampled.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

@@ -72,3 +72,26 @@ def history_plot(points: List[Tuple[int, float, State]], metric: str, mode: Dire
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small", loc="best")
     return plots._save(fig, plt, path)
+
+
+def rung_table(search: Dict[str, Any], trials: List[Tuple[int, State, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """ASHA's (or Hyperband's) rung table from the trials' metrics.json (``rung``, ``bracket``, ``values_at``):
+    per bracket and rung its step, the trials that reached it, how many were promoted from it, the best value.
+    Empty for a search without those schedulers. ``trials``: (number, state, metrics.json)."""
+    name = search.get("scheduler")
+    if name not in ("asha", "hyperband") or not search.get("min_steps") or not search.get("max_steps"):
+        return []
+    from hpctrain.search.asha import Asha, hyperband
+    from hpctrain.search.units import StudyView, TrialView, Unit, UnitKind
+
+    first, eta, last = int(search["min_steps"]), int(search.get("eta") or 3), int(search["max_steps"])
+    sched = hyperband(first, eta, last) if name == "hyperband" else Asha(first, eta, last)
+    views = []
+    for number, state, m in trials:
+        values = {int(k): float(v) for k, v in (m.get("values_at") or {}).items()
+                  if str(k).isdigit() and isinstance(v, (int, float))}
+        rung = m.get("rung")
+        unit = Unit(number, UnitKind.NEW, 0, 0, index=int(rung), bracket=int(m.get("bracket") or 0)) \
+            if isinstance(rung, int) else None
+        views.append(TrialView(number, state, {}, values, unit))
+    return sched.table(StudyView(views, len(views), last, direction(search)))

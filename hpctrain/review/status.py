@@ -27,17 +27,24 @@ def print_table(snap: Snapshot, con: Any, cost_of: Optional[Dict[int, costs.Cost
     metric = str(objective["metric"]) if objective and objective.get("metric") != "train/loss" else None
     headers = ["trial" if snap.sweep.search is not None else "#", ", ".join(snap.sweep.swept) or "overrides", "state", "progress", "loss"]
     headers += [f"{metric} ({objective.get('mode', 'min')})"] if metric else []
+    staged = any(r.stage for r in snap.runs)  # a search scheduler's trials: the rung each is at or runs to
     headers += ["elapsed", "restarts", "GPU-h", "log"]
+    if staged:
+        headers.insert(3, "unit")
     rows, styles = [], []
     for r in snap.runs:
-        row = [str(r.idx), fmt.label(r.values, r.overrides), f"{r.state} ({r.stage})" if r.stage else r.state, fmt.bar(r.step, r.max_steps, fancy=fancy),
+        row = [str(r.idx), fmt.label(r.values, r.overrides), r.state, fmt.bar(r.step, r.max_steps, fancy=fancy),
                fmt.number(r.loss)]
+        if staged:
+            row.insert(3, r.stage or "")
         row += [fmt.number(r.metrics.get(metric))] if metric else []
         rows.append(row + [fmt.duration(r.elapsed_s), str(r.restarts), costs.shown((cost_of or {}).get(r.idx)),
                            fmt.short_path(r.log)])
         styles.append([None, None, fmt.STATE_STYLE.get(r.state)] + [None] * (len(headers) - 3))
     n = len(headers)
-    fmt.table(con, headers, rows, right=(0, 4, n - 4, n - 3, n - 2) + ((5,) if metric else ()), styles=styles)
+    shift = 1 if staged else 0
+    fmt.table(con, headers, rows, right=(0, 4 + shift, n - 4, n - 3, n - 2) + ((5 + shift,) if metric else ()),
+              styles=styles)
 
 
 def counts_line(snap: Snapshot) -> str:

@@ -25,6 +25,15 @@ generation exactly one wins, even when the lock below was broken. A worker:
 
 Each takeover of a dead owner's trial counts toward ``max_adoptions``; a release does not.
 
+Units (a scheduler other than ``none``, :mod:`hpctrain.search.units`). A lease carries the unit its holder
+runs (``unit``: start and end step, rung or interval). A unit that ends before ``max_steps`` leaves the
+trial paused: the next generation of its lease is marked ``paused`` (its trial stays RUNNING in Optuna, its
+objective at the end step reported), and adoption leaves it alone. In step 2, after the trials of gone
+owners, the scheduler picks from a view of the study (:meth:`Leases.view`): a paused trial's next unit is
+claimed as the next generation of its lease (so of two promoters one wins, and a trial leaves a rung once),
+a new trial as before (its number claimed first: ``n_trials`` is never passed). When the scheduler has
+nothing left and no unit runs, every paused trial's lease is marked ``ended`` and the trial told pruned.
+
 Imports optuna: used on the login node only for search sweeps.
 """
 
@@ -337,6 +346,7 @@ class Assignment:
     gen: int = 0  # the lease generation this worker holds: checked at commit
     trial: Any = field(default=None, repr=False)  # the optuna.Trial just asked (new trials)
     unit: Optional[Unit] = None  # what to run (a scheduler's unit); None: the whole trial (scheduler=none)
+    dir_params: Optional[Dict[str, Any]] = None  # the values its run dir is named by, when ``params`` changed (PBT)
 
 
 @dataclass
@@ -528,7 +538,8 @@ class Leases:
             return Next.WAIT  # another worker took it first: look again
         t = study.get_trials(deepcopy=False)[unit.trial]
         params = dict(unit.params) or dict(t.params)
-        return Assignment(t.number, optuna_compat.trial_id(t), params, unit.kind.value, 0, gen, None, unit)
+        return Assignment(t.number, optuna_compat.trial_id(t), params, unit.kind.value, 0, gen, None, unit,
+                          dir_params=dict(t.params))
 
     def _end_stranded(self, study: optuna.Study, view: StudyView, leases: Dict[int, Dict[str, Any]]) -> None:
         """The study is done: every trial still paused ends pruned at the step it paused at (its lease

@@ -10,6 +10,11 @@ the task is requeued, and the leader takes back the same trial (its lease names 
 asking for another. A task that submitit does not requeue any more (out of ``max_num_timeout``) leaves
 its checkpointed trial to the next worker (released, not failed) and stops, as does a leader too close
 to its time limit to start a trial. Errors of the shared storage are retried on a freshly opened study.
+
+With a scheduler (``asha``, ``hyperband``, ``pbt``) each assignment is a unit (:mod:`hpctrain.search.units`):
+the bridge tells the app where to stop (``end_step``); after the unit the leader reports the objective at
+that step and, before ``max_steps``, records the trial ``paused`` and marks its lease paused, then asks again
+(waiting, uncapped, while other units run whose results may bring a promotion).
 """
 
 import math
@@ -94,7 +99,9 @@ class SearchWorker:
                 waited += WAIT_S
                 continue
             if isinstance(a, studies.Assignment) and a.unit is not None and self.settings.scheduler == "pbt":
-                exploit.before(sweep, a.number, a.unit, a.params)  # the exploit's copy, the lineage
+                # the exploit's copy of the donor's boundary and the lineage, before the other ranks hear of
+                # the unit (they load what was copied)
+                exploit.before(sweep, a.number, a.unit, a.params)
             seq += 1
             self._announce(me, seq, a if isinstance(a, studies.Assignment) else None)
             if not isinstance(a, studies.Assignment):
@@ -130,7 +137,7 @@ class SearchWorker:
         msg = {"attempt": _attempt(), "seq": seq, "stop": a is None}
         if a is not None:
             msg.update(number=a.number, trial_id=a.trial_id, params=a.params, how=a.how,
-                       unit=a.unit.fields() if a.unit is not None else None)
+                       unit=a.unit.fields() if a.unit is not None else None, dir_params=a.dir_params)
         write_json_atomic(_announce_path(self.sweep_dir, me), msg)
 
     # ------------------------------------------------------------------ other ranks
@@ -145,7 +152,8 @@ class SearchWorker:
             if msg.get("stop"):
                 return {"rank": env.global_rank, "trials": ran}
             a = studies.Assignment(int(msg["number"]), int(msg["trial_id"]), dict(msg["params"]), str(msg["how"]),
-                                   unit=Unit.from_fields(msg["unit"]) if msg.get("unit") else None)
+                                   unit=Unit.from_fields(msg["unit"]) if msg.get("unit") else None,
+                                   dir_params=msg.get("dir_params"))
             self._run(a, me, None, last)
             ran += 1
 
@@ -156,8 +164,8 @@ class SearchWorker:
         _fresh_rendezvous_port(seq)
         s, sweep = self.settings, self.sweep_dir
         overrides = s.space.overrides(a.params)
-        run_dir = exploit.trial_dir(sweep, a.number, a.params)  # a PBT member keeps its first name
-        dirname = run_dir.name
+        dirname = trial_dirname(a.number, a.dir_params or a.params)
+        run_dir = Path(sweep) / dirname
         config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(config):
             config.hydra.sweep.subdir = dirname
@@ -206,6 +214,8 @@ class SearchWorker:
             events.submitted(run_dir, trial=a.number)
         unit = {"unit": a.unit.fields()} if a.unit is not None else {}
         events.started(run_dir, job_id=me, trial=a.number, how=a.how, **unit)
+        if a.unit is not None:  # the rung (or interval) it runs to, for status and report's rung table
+            summary.write(run_dir, trial=a.number, **self._stage(a.unit))
 
     def _settle(self, a: studies.Assignment, run_dir: Path, ret: Any, bridge: TrialBridge,
                 leases: studies.Leases) -> "tuple[State, Optional[float]]":
@@ -243,7 +253,9 @@ class SearchWorker:
             summary.write(run_dir, **fields)
             return State.FAILED, None
         if a.unit is not None:  # the objective at the unit's end: the scheduler's rung value
-            fields["rung" if s.scheduler in ("asha", "hyperband") else "interval"] = a.unit.index
+            fields.update(self._stage(a.unit))
+            at = dict((summary.read(run_dir) or {}).get("values_at") or {})
+            fields["values_at"] = {**at, str(a.unit.end_step): value}  # the objective at each unit's end step
             self._retrying("reporting", lambda st: bridge.report(value, a.unit.end_step)  # type: ignore[union-attr]
                            if bridge.trial is not None else None)
             if outcome(a.unit, int(s.max_steps or 0)) is State.PAUSED:
@@ -257,6 +269,11 @@ class SearchWorker:
         tell(TrialState.COMPLETE, value)
         summary.write(run_dir, **fields)
         return State.COMPLETED, value
+
+    def _stage(self, unit: Unit) -> Dict[str, Any]:
+        if self.settings.scheduler in ("asha", "hyperband"):
+            return {"rung": unit.index, "bracket": unit.bracket}
+        return {"interval": unit.index}
 
     def _end_stranded(self, leases: studies.Leases) -> None:
         """The records of the paused trials this worker ended (the study is done: nothing will promote them)."""

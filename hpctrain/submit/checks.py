@@ -277,12 +277,12 @@ def scheduler_problems(conf: Mapping[str, Any], max_steps: Any, eval_every: Any,
     if name == "none":
         return []
     problems: List[str] = []
+    if uses_api is False:
+        return [f"hydra.sweeper.scheduler={name}: {app} does not use hpctrain's trial API (hpctrain.trial: "
+                f"end_step, report, save_state), so it cannot pause at a unit's end; use scheduler=none"]
     if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
         return [f"hydra.sweeper.scheduler={name}: {app}'s config has no integer max_steps (the last rung or "
                 f"interval); got {max_steps!r}"]
-    if uses_api is False:
-        problems.append(f"hydra.sweeper.scheduler={name}: {app} does not use hpctrain's trial API (hpctrain.trial: "
-                        f"end_step, report, save_state), so it cannot pause at a unit's end; use scheduler=none")
     every = eval_every if isinstance(eval_every, int) and not isinstance(eval_every, bool) and eval_every > 0 else None
     if name in ("asha", "hyperband"):
         eta, first = conf.get("eta"), conf.get("min_steps") or every

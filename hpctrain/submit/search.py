@@ -79,6 +79,8 @@ class SearchSweeper(Sweeper):
                 settings.max_steps = max_steps
                 settings.eval_every = eval_every if isinstance(eval_every, int) and eval_every > 0 else None
                 settings.pruner = "none"  # the scheduler decides which trials go on
+                if settings.scheduler in ("asha", "hyperband"):
+                    settings.min_steps = settings.min_steps or settings.eval_every  # the first rung, as review shows it
         settings.extra["startup_trials"] = max(0, int(self.conf.startup_trials))
         if isinstance(eval_every, int) and eval_every > 0:
             settings.extra["first_eval_step"] = eval_every  # the pruner leaves each trial's first eval alone

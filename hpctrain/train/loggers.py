@@ -47,7 +47,7 @@ class RunLogger(NullLogger):
 
         self.run_dir = Path(run_dir)
         # purge_step: after a requeue, events past the checkpoint are dropped (no doubled stretch of curve);
-        # those at its step were logged before it was saved, so they stay (a paused unit's last eval)
+        # those at its own step were written before it was saved (a paused trial's rung eval): they stay
         self.writer = SummaryWriter(str(self.run_dir / runfiles.TB_DIR), purge_step=start_step + 1 if start_step else None)
 
     def scalars(self, values: Dict[str, float], step: int) -> None:

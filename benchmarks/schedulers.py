@@ -1,0 +1,128 @@
+"""Schedulers on the Slurm test cluster: promotion ASHA against no pruning and against pruner=asha, and how
+much of the workers' time goes into training units.
+
+    python benchmarks/schedulers.py --part a --seeds 0 1 2   # (a) best objective and steps: scheduler=asha,
+                                                             #     pruner=none, pruner=asha (scheduler=none)
+    python benchmarks/schedulers.py --part c                 # (c) 4 workers: share of worker time in units;
+                                                             #     login command time (array queued, held)
+    options: --trials N (16) --max-steps N (180) --min-steps N (20) --eta N (3) --workers N (4)
+
+(a) is the task of benchmarks/search.py (b) (hpctrain's trainer on its classification set, lr in
+tag(log, interval(1e-4, 1)), TPE) with a longer budget (``--max-steps``, eval every 10). "steps" is the sum
+of the steps every trial ran (each trial's metrics.json ``step``: where it ended, paused, pruned or completed).
+(c) reads the runs' records: a unit is a ``started`` event of a worker up to the trial's next ``paused``,
+``completed`` or ``pruned`` event; a worker's span is its first unit's start to its last unit's end.
+Every figure is printed; the last line of each part is its headline. Run from the repository root.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import search as base  # noqa: E402  (benchmarks/search.py: submitting, waiting, reading the study)
+
+ENDS = ("paused", "completed", "pruned", "failed")
+
+
+def task(args: argparse.Namespace) -> List[str]:
+    return [f"max_steps={args.max_steps}", "eval_every=10", "log_every=10", "ckpt_every=0",
+            "data.train_size=2048", "data.val_size=256", "model.hidden=32", "batch_size=64"]
+
+
+def common(args: argparse.Namespace, seed: int) -> List[str]:
+    return base.SPACE + task(args) + ["hydra.sweeper.sampler=tpe", f"hydra.sweeper.seed={seed}",
+                                      f"hydra.sweeper.n_trials={args.trials}", f"hydra.sweeper.n_workers={args.workers}"]
+
+
+def asha(args: argparse.Namespace) -> List[str]:
+    return ["hydra.sweeper.scheduler=asha", f"hydra.sweeper.eta={args.eta}", f"hydra.sweeper.min_steps={args.min_steps}"]
+
+
+def part_a(tmp: Path, args: argparse.Namespace) -> None:
+    configs = {"none": ["hydra.sweeper.pruner=none"], "pruner=asha": ["hydra.sweeper.pruner=asha"],
+               "scheduler=asha": asha(args)}
+    out: Dict[str, List[Tuple[int, float]]] = {k: [] for k in configs}
+    for seed in args.seeds:
+        for name, extra in configs.items():
+            sweep, _, _ = base.study(tmp, f"a-{name.replace('=', '-')}-{seed}", common(args, seed) + extra)
+            out[name].append((base.steps_run(sweep), base.best(base.load_trials(sweep))))
+            print(f"(a) seed {seed} {name}: {out[name][-1][0]} steps, best val/loss {out[name][-1][1]:.4f}", flush=True)
+            if name == "scheduler=asha":
+                share(sweep, f"(a) seed {seed}")
+    base_steps = statistics.mean(s for s, _ in out["none"])
+    base_best = statistics.mean(b for _, b in out["none"])
+    for name in ("pruner=asha", "scheduler=asha"):
+        steps = statistics.mean(s for s, _ in out[name])
+        b = statistics.mean(v for _, v in out[name])
+        print(f"(a) {name}: {100 * (1 - steps / base_steps):.0f} % fewer steps than none, best val/loss "
+              f"{b:.4f} vs {base_best:.4f} ({100 * (b - base_best) / base_best:+.1f} %)")
+
+
+def units(sweep: Path) -> Dict[str, List[Tuple[float, float]]]:
+    """Each worker's units: (start, end) times from the trials' records."""
+    by_worker: Dict[str, List[Tuple[float, float]]] = {}
+    for d in sweep.glob("trial-*"):
+        evs = []
+        for p in (d / ".hpctrain" / "record").glob("*.json"):
+            kind = p.name.split(".")[1]
+            if kind == "started" or kind in ENDS:
+                evs.append((int(p.name.split(".")[0]) / 1e9, kind, p))
+        evs.sort()
+        for i, (t, kind, p) in enumerate(evs):
+            if kind != "started":
+                continue
+            end = next((t2 for t2, k2, _ in evs[i + 1:] if k2 in ENDS or k2 == "started"), None)
+            if end is not None:
+                by_worker.setdefault(str(json.loads(p.read_text()).get("job_id")), []).append((t, end))
+    return by_worker
+
+
+def share(sweep: Path, label: str) -> float:
+    by_worker = units(sweep)
+    shares = []
+    for spans in by_worker.values():
+        busy, span = base.busy_share(spans, 1)
+        shares.append(busy)
+    mean = statistics.mean(shares) if shares else float("nan")
+    print(f"{label}: {len(by_worker)} workers, {sum(len(v) for v in by_worker.values())} units; share of each "
+          f"worker's span in units: mean {100 * mean:.1f} %, lowest {100 * min(shares):.1f} %", flush=True)
+    return mean
+
+
+def part_c(tmp: Path, args: argparse.Namespace) -> None:
+    sweep, _, _ = base.study(tmp, "c-asha", common(args, 0) + asha(args))
+    mean = share(sweep, "(c) scheduler=asha")
+    held = tmp / "c-held"
+    cmd = [sys.executable, "-m", "hpctrain", "-m", "hydra/sweeper=search", "hydra/launcher=slurm",
+           f"hydra.sweep.dir={held}", *common(args, 0), *asha(args), "+hydra.launcher.additional_parameters.hold=true"]
+    proc, took = base.run(cmd, tmp)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stdout + proc.stderr)
+    subprocess.run(["scancel", base.array_job(held)], capture_output=True)
+    print(f"(c) {args.workers} workers: {100 * mean:.1f} % of worker time in training units; login command gone "
+          f"after {took:.2f} s (array queued, held)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--part", choices=("a", "c"), action="append", required=True)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--trials", type=int, default=16)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--max-steps", type=int, default=180)
+    p.add_argument("--min-steps", type=int, default=20)
+    p.add_argument("--eta", type=int, default=3)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="hpctrain-sched-bench-") as d:
+        for part in args.part:
+            (part_a if part == "a" else part_c)(Path(d), args)
+
+
+if __name__ == "__main__":
+    main()
