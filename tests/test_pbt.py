@@ -236,3 +236,20 @@ def test_kept_boundaries_go_once_no_unit_needs_them(tmp_path):
     exploit.before_unit(tmp_path, 10, {"lr": 0.1})
     assert exploit.kept_steps(tmp_path) == [10]
     assert (exploit.kept_dir(tmp_path, 10) / "last.pt").read_text() == "b"
+
+
+@pytest.mark.parametrize("space, says", [
+    ("model.hidden=choice(16,32)", "model.hidden=choice(16,32): scheduler=pbt cannot change 'model.hidden' mid-run"),
+    ("lr=range(0.01,0.05,0.01)", "lr=range(0.01,0.05,0.01): scheduler=pbt perturbs continuous intervals and choices only"),
+])
+def test_the_login_node_refuses_a_pbt_parameter_in_one_line_and_submits_nothing(tmp_path, space, says):
+    from cli_helpers import run_hpctrain
+
+    sweep = tmp_path / "sweep"
+    proc = run_hpctrain(["-m", "hydra/sweeper=search", "hydra/launcher=local", f"hydra.sweep.dir={sweep}", space,
+                         "hydra.sweeper.scheduler=pbt", "hydra.sweeper.population=4", "hydra.sweeper.interval=5",
+                         "max_steps=20", "eval_every=5"], cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode != 0
+    problems = [line for line in proc.stderr.splitlines() if line.startswith("  ")]
+    assert len(problems) == 1 and says in problems[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not (sweep / ".hpctrain" / "study.journal").exists()
