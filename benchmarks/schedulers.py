@@ -90,8 +90,11 @@ def share(sweep: Path, label: str) -> float:
         busy, span = base.busy_share(spans, 1)
         shares.append(busy)
     mean = statistics.mean(shares) if shares else float("nan")
-    print(f"{label}: {len(by_worker)} workers, {sum(len(v) for v in by_worker.values())} units; share of each "
-          f"worker's span in units: mean {100 * mean:.1f} %, lowest {100 * min(shares):.1f} %", flush=True)
+    lengths = [e - s for v in by_worker.values() for s, e in v]
+    gaps = [b[0] - a[1] for v in by_worker.values() for a, b in zip(sorted(v), sorted(v)[1:])]
+    print(f"{label}: {len(by_worker)} workers, {len(lengths)} units of {statistics.mean(lengths):.2f} s on average, "
+          f"{statistics.mean(gaps) if gaps else 0:.2f} s between a worker's units; share of each worker's span in "
+          f"units: mean {100 * mean:.1f} %, lowest {100 * min(shares):.1f} %", flush=True)
     return mean
 
 

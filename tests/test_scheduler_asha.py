@@ -157,3 +157,22 @@ def test_the_study_ends_every_paused_trial_that_nothing_will_promote_as_pruned(t
     assert states == ["PRUNED", "PRUNED"]
     other = studies.Leases(tmp_path, s, "101_0", {"slurm_job_id": "101_0"}, queue=lambda ids: set(ids))
     assert other.next_trial(study) is Next.DONE and other.ended == []  # ended once
+
+
+def test_an_ending_cut_short_between_its_claim_and_the_tell_is_finished_by_the_next_worker(tmp_path):
+    s = make_settings(1)
+    w = studies.Leases(tmp_path, s, "100_0", {"slurm_job_id": "100_0"}, queue=lambda ids: set(ids))
+    study = studies.open_study(tmp_path, s)
+    from hpctrain._compat.optuna import live_trial
+
+    a = w.next_trial(study)
+    live_trial(study, a.trial_id).report(1.0, 10)
+    assert w.pause(a)
+    lease = studies.read_lease(tmp_path, 0)
+    # the ender claimed the ending, wrote nothing more and died
+    studies.claim(tmp_path, 0, int(lease["gen"]) + 1, "100_0", time.time(), unit=lease["unit"], step=10, ended=True)
+    assert study.get_trials()[0].state.name == "RUNNING"
+    other = studies.Leases(tmp_path, s, "101_0", {"slurm_job_id": "101_0"}, queue=lambda ids: set(ids))
+    assert other.next_trial(study) is Next.DONE
+    assert other.ended == [(0, 10, dict(study.get_trials()[0].params))]  # its record written by this worker
+    assert studies.open_study(tmp_path, s).get_trials()[0].state.name == "PRUNED"

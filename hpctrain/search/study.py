@@ -369,6 +369,8 @@ class Leases:
         self.gone_jobs: Set[str] = set()  # a job the queue answered without: gone for good (a requeue keeps its id queued)
         self.scheduler = build_scheduler(settings)
         self.ended: List[Any] = []  # (number, step, params) of paused trials this worker ended pruned
+        # writes an ended trial's record (the worker's; quick file writes): called before the study is told
+        self.end_hook: Callable[[int, Optional[int], Dict[str, Any]], None] = lambda *e: self.ended.append(e)
 
     # ------------------------------------------------------------ facts, outside the lock
     def _window(self) -> float:
@@ -457,8 +459,9 @@ class Leases:
                 lease = {"gen": 0, "adoptions": 0}
             elif lease.get("paused"):
                 continue  # between units: the scheduler's to resume, nobody's to adopt
-            elif lease.get("ended"):
-                tell(study, t.number, TrialState.PRUNED)  # its ender died between its claim and the tell
+            elif lease.get("ended"):  # its ender died between its claim and the tell: finish the ending
+                self.end_hook(t.number, lease.get("step"), dict(t.params))
+                tell(study, t.number, TrialState.PRUNED)
                 continue
             elif lease.get("released"):
                 pass  # let go at a time limit: anyone resumes it
@@ -520,7 +523,9 @@ class Leases:
         for t in trials:
             lease = leases.get(t.number) or {}
             state = _STATES.get(t.state, State.RUNNING)
-            if state is State.RUNNING and lease.get("paused"):
+            if state is State.RUNNING and lease.get("ended"):
+                state = State.PRUNED  # being ended (its tell may not be in the trials read above)
+            elif state is State.RUNNING and lease.get("paused"):
                 state = State.PAUSED
             unit = Unit.from_fields(lease["unit"]) if isinstance(lease.get("unit"), dict) else None
             out.append(TrialView(t.number, state, dict(t.params), dict(t.intermediate_values), unit))
@@ -550,10 +555,11 @@ class Leases:
             lease = leases.get(number)
             if lease is None or not lease.get("paused"):
                 continue
-            if self._claim(number, int(lease["gen"]) + 1, 0, unit=lease.get("unit"), ended=True) is None:
+            step = by[number].paused_at
+            if self._claim(number, int(lease["gen"]) + 1, 0, unit=lease.get("unit"), step=step, ended=True) is None:
                 continue
-            if tell(study, number, TrialState.PRUNED):
-                self.ended.append((number, by[number].paused_at, dict(by[number].params)))
+            self.end_hook(number, step, dict(by[number].params))  # the record first: a worker killed here
+            tell(study, number, TrialState.PRUNED)  # leaves an ended lease, which the next look finishes
 
     def _claim(self, number: int, gen: int, adoptions: int, **extra: Any) -> Optional[Dict[str, Any]]:
         return claim(self.sweep_dir, number, gen, self.me, self.clock(), adoptions=adoptions,

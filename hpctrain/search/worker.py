@@ -47,7 +47,7 @@ from hpctrain.search.space import trial_dirname
 from hpctrain.search.units import Unit, outcome
 
 POLL_S = 0.2
-IDLE_S = 1.0  # between looks while running units may yet bring a promotion
+IDLE_S = 0.25  # between looks while running units may yet bring a promotion (a look is a few file reads)
 WAIT_S = 5.0  # between looks while an owner's fate is unknown
 WAIT_MAX_GRACES = 5  # a worker waits for unknown owners at most this many grace periods
 INFRA_RETRIES = 3
@@ -82,6 +82,7 @@ class SearchWorker:
         self.study = studies.open_study(sweep, self.settings, worker)
         owner = {"slurm_job_id": me if os.environ.get("SLURM_JOB_ID") else None, "worker": worker}
         leases = studies.Leases(sweep, self.settings, me, owner)
+        leases.end_hook = self._record_ended
         done: List[Dict[str, Any]] = []
         seq, waited, why = 0, 0.0, "no trial left"
         while True:
@@ -90,7 +91,6 @@ class SearchWorker:
                 why = f"{left:.0f} s to its time limit: no new trial"
                 break
             a = self._retrying("choosing a trial", lambda st: leases.next_trial(st))
-            self._end_stranded(leases)
             if a is studies.Next.IDLE:
                 time.sleep(IDLE_S)  # units run whose results may bring a promotion: look again
                 continue
@@ -275,13 +275,13 @@ class SearchWorker:
             return {"rung": unit.index, "bracket": unit.bracket}
         return {"interval": unit.index}
 
-    def _end_stranded(self, leases: studies.Leases) -> None:
-        """The records of the paused trials this worker ended (the study is done: nothing will promote them)."""
-        while leases.ended:
-            number, step, params = leases.ended.pop()
-            run_dir = Path(self.sweep_dir) / trial_dirname(number, params)
-            events.pruned(run_dir, step=step, reason="paused, never promoted: the study ended", rank=0)
-            summary.write(run_dir, trial=number)
+    def _record_ended(self, number: int, step: Optional[int], params: Dict[str, Any]) -> None:
+        """The record of a paused trial the study ends (nothing will promote it): pruned at its rung, once."""
+        run_dir = Path(self.sweep_dir) / trial_dirname(number, params)
+        if events.read(run_dir).state is State.PRUNED:
+            return
+        events.pruned(run_dir, step=step, reason="paused, never promoted: the study ended", rank=0)
+        summary.write(run_dir, trial=number)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2 (rank 0): requeue this worker; it takes its trial back when it restarts
