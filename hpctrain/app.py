@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from hpctrain.core import events
 from hpctrain.core import summary
+from hpctrain.search.pbt import TRAINER_MUTABLE
 from hpctrain.submit.checks import unread_keys, validate_job
 from hpctrain.schema import register_configs
 
@@ -84,6 +85,8 @@ def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:
 # The launcher calls this on the login node for every sweep point before submitting anything.
 train.validate_job = validate_job  # type: ignore[attr-defined]
 train.unread_keys = unread_keys  # type: ignore[attr-defined]
+# The keys the trainer applies on resume (Trainer.retune): what scheduler=pbt may explore.
+train.mutable_keys = TRAINER_MUTABLE  # type: ignore[attr-defined]
 # Packed runs (runs_per_task > 1) are forked from one process per task that imports these first.
 train.preload = ("hpctrain.train.trainer", "hpctrain.train.distributed")  # type: ignore[attr-defined]
 

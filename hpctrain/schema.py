@@ -10,7 +10,7 @@ This module must stay light: it is imported on login nodes (no torch here).
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, OmegaConf
@@ -154,6 +154,8 @@ class TrainConfig:
     ckpt_every: int = 100  # 0: only at the end (and on preemption)
     warmup_steps: int = 10
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    # [{step: N, lr: ..., optim.weight_decay: ...}]: from step N on, those values (a PBT schedule replayed)
+    schedule: Optional[List[Any]] = None
     grad_clip: float = 1.0  # 0: no clipping
     device: str = "auto"  # auto | cpu | cuda
     num_workers: int = 0

@@ -106,9 +106,8 @@ def test_units_round_trip_through_a_claim_and_none_is_one_unit_to_max_steps():
 def test_a_unit_with_copy_from_copies_the_donors_checkpoints_and_leaves_the_donors_in_place(tmp_path):
     from hpctrain.core import manifest
     from hpctrain.core.run import RunSpec
-    from hpctrain.search import study as studies
-    from hpctrain.search.space import parse, trial_dirname
-    from hpctrain.search.worker import SearchWorker
+    from hpctrain.search import exploit
+    from hpctrain.search.space import trial_dirname
 
     donor = tmp_path / trial_dirname(0, {"lr": 0.5})
     (donor / "checkpoints").mkdir(parents=True)
@@ -121,10 +120,9 @@ def test_a_unit_with_copy_from_copies_the_donors_checkpoints_and_leaves_the_dono
     own = tmp_path / trial_dirname(1, {"lr": 0.1})
     (own / "checkpoints").mkdir(parents=True)
     (own / "checkpoints" / "last.pt").write_bytes(b"own weights")
-    space, _ = parse(["lr=interval(0.01,1)"])
-    worker = SearchWorker("payload", str(tmp_path), studies.Settings(space=space, n_trials=2, n_workers=1))
     unit = Unit(1, UnitKind.CONTINUE, 10, 20, {"lr": 0.2}, copy_from=0, index=1)
-    worker._copy_donor(studies.Assignment(1, 1, {"lr": 0.2}, "continue", unit=unit, dir_params={"lr": 0.1}))
+    exploit.keep(donor, 10)  # the donor's boundary at the copy step (its unit's end: SearchWorker._run)
+    exploit.before(tmp_path, 1, unit, {"lr": 0.2})  # what SearchWorker._lead does before announcing the unit
     assert (own / "checkpoints" / "last.pt").read_bytes() == b"donor weights"
     assert (donor / "checkpoints" / "last.pt").read_bytes() == b"donor weights"  # copied, never moved
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("trial-")) == [donor.name, own.name]

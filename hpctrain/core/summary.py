@@ -9,7 +9,7 @@ and no writer's fields are lost. The merge (:func:`merge`, pure):
   lock; a caller cannot overrule it. A run without a record keeps the caller's ``status``, except that
   a final one is not replaced by a non-final one.
 - ``step`` never goes backwards within an attempt (a new attempt resumes from its checkpoint and may).
-- ``metrics`` merge key by key; every other field is replaced.
+- ``metrics`` merge key by key; ``lineage`` (a PBT trial's) entry by entry, by step; every other field is replaced.
 
 No torch here.
 """
@@ -17,7 +17,7 @@ No torch here.
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 from hpctrain.core import events
 from hpctrain.core.atomic import locked, read_json, write_json_atomic
@@ -51,6 +51,8 @@ def merge(old: Dict[str, Any], fields: Dict[str, Any], rs: RunState, now: float)
             continue  # below
         if key == "metrics" and isinstance(value, dict) and isinstance(old.get("metrics"), dict):
             out["metrics"] = {**old["metrics"], **value}
+        elif key == "lineage" and isinstance(value, list):
+            out["lineage"] = merge_lineage(old.get("lineage"), value)
         elif key == "step" and same_attempt and _number(old.get("step")) and _number(value) and value < old["step"]:
             continue  # a late writer of an older step
         else:
@@ -71,6 +73,16 @@ def merge(old: Dict[str, Any], fields: Dict[str, Any], rs: RunState, now: float)
         out[ATTEMPT] = attempt
     out["updated"] = now
     return out
+
+
+def merge_lineage(old: Any, new: List[Any]) -> List[Dict[str, Any]]:
+    """Entries ``{"step", "parent", "params"}`` by step; a newer one for a step replaces the older (a unit
+    run again after its worker died)."""
+    by_step: Dict[int, Dict[str, Any]] = {}
+    for e in (old if isinstance(old, list) else []) + new:
+        if isinstance(e, dict) and _number(e.get("step")):
+            by_step[int(e["step"])] = e
+    return [by_step[s] for s in sorted(by_step)]
 
 
 def _number(value: Any) -> bool:

@@ -238,3 +238,43 @@ def _save(fig, plt, path: Path) -> Path:
     plt.close(fig)
     write_bytes_atomic(path, buf.getvalue())
     return path
+
+
+def param_schedules(series: Dict[int, List[Tuple[int, Dict[str, object]]]], best: Optional[int],
+                    best_schedule: List[Tuple[int, Dict[str, object]]], max_steps: Optional[int],
+                    path: Path) -> Path:
+    """PBT: each trial's hyperparameters over steps (a step line per trial, one panel per parameter);
+    the best trial's schedule (with its donors' stretches) drawn on top."""
+    plt = _plt()
+    names = sorted({k for points in series.values() for _, params in points for k in params})
+    fig, axes = plt.subplots(len(names) or 1, 1, figsize=(SIZE_IN[0], 2.6 * max(1, len(names))), dpi=DPI,
+                             squeeze=False)
+    cmap = plt.get_cmap("tab10")
+
+    def line(ax, points, name, **style):
+        xs, ys = [], []
+        for i, (step, params) in enumerate(points):
+            end = points[i + 1][0] if i + 1 < len(points) else (max_steps or step)
+            value = params.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                xs += [step, end]
+                ys += [float(value), float(value)]
+        if xs:
+            ax.plot(xs, ys, **style)
+        return ys
+
+    for ax, name in zip(axes[:, 0], names):
+        values: List[float] = []
+        for n, (idx, points) in enumerate(sorted(series.items())):
+            values += line(ax, points, name, color=cmap(n % 10), lw=1.2, alpha=0.8, label=f"#{idx}")
+        if best is not None and best_schedule:
+            values += line(ax, best_schedule, name, color="crimson", lw=2.6, label=f"#{best} schedule (best)")
+        if spans_decades([v for v in values if v > 0]):
+            ax.set_yscale("log")
+        ax.set_ylabel(name)
+        ax.grid(True, alpha=0.3)
+    axes[-1, 0].set_xlabel("step")
+    axes[0, 0].set_title(f"PBT: hyperparameters over steps ({len(series)} trials)")
+    if axes[0, 0].get_legend_handles_labels()[0] and len(series) <= LEGEND_MAX:
+        axes[0, 0].legend(fontsize="small", loc="best")
+    return _save(fig, plt, path)

@@ -15,7 +15,7 @@ from hpctrain.core.atomic import write_text_atomic
 from hpctrain.core.state import FAILURES, Direction, State
 from hpctrain.submit import provenance
 from hpctrain.review import cost as costs
-from hpctrain.review import fmt, plots
+from hpctrain.review import fmt, lineage, plots
 from hpctrain.review import search as search_review
 from hpctrain.review.plots import Curve, read_scalars
 from hpctrain.review.ranking import (
@@ -146,6 +146,11 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
             best = "-" if row["best"] is None else f"{fmt.number(row['best'])} (#{row['best_trial']})"
             con.print(f"  {row['bracket']}  rung {row['rung']}  step {row['step']}: {row['trials']} trial(s), "
                       f"{row['promoted']} promoted, best {best}", soft_wrap=True, markup=False, highlight=False)
+    pbt_lines, replay, pbt_images = lineage.section(ranking, records, manifest.app if manifest else None, sweep_dir)
+    for line in pbt_lines:
+        con.print(line, soft_wrap=True, markup=False, highlight=False)
+    if replay:
+        con.print(Text.assemble(("replay as one run: ", "bold"), replay), soft_wrap=True)
     failed = [x.record for x in ranking.runs if x.record.state in FAILURES]
     for r in failed[:MAX_ERRORS]:
         lines = [line for line in (r.error or "").splitlines() if line.strip()][-5:]
@@ -160,7 +165,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
 
     try:
         suffix = _suffix(metric, ranking.mode, usual, usual_mode) if usual in have else ""  # no default report: the only one
-        images = _plots(ranking, curves, swept, sweep_dir, suffix)
+        images = _plots(ranking, curves, swept, sweep_dir, suffix) + pbt_images
         if snap.sweep.search is not None:  # each trial's objective and the best so far
             points = [(x.record.idx, x.value, x.record.state) for x in ranking.runs if x.value is not None]
             if points:

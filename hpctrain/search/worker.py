@@ -40,6 +40,7 @@ from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import SweepPaths
 from hpctrain.core.run import RunSpec
 from hpctrain.core.state import State
+from hpctrain.search import exploit
 from hpctrain.search import study as studies
 from hpctrain.search.bridge import TrialBridge, activate
 from hpctrain.search.space import trial_dirname
@@ -97,9 +98,11 @@ class SearchWorker:
                 time.sleep(WAIT_S)  # an owner's fate is unknown (the queue did not answer): look again
                 waited += WAIT_S
                 continue
+            if isinstance(a, studies.Assignment) and a.unit is not None and self.settings.scheduler == "pbt":
+                # the exploit's copy of the donor's boundary and the lineage, before the other ranks hear of
+                # the unit (they load what was copied)
+                exploit.before(sweep, a.number, a.unit, a.params)
             seq += 1
-            if isinstance(a, studies.Assignment) and a.unit is not None and a.unit.copy_from is not None:
-                self._copy_donor(a)  # before the other ranks hear of the unit: they load what it copied
             self._announce(me, seq, a if isinstance(a, studies.Assignment) else None)
             if not isinstance(a, studies.Assignment):
                 break
@@ -193,6 +196,8 @@ class SearchWorker:
             if not self._retrying("releasing a trial", lambda st: leases.release(a)):
                 print(f"hpctrain search: trial {a.number}: no longer ours to release", flush=True)
             return INTERRUPTED, None
+        if a.unit is not None and s.scheduler == "pbt" and ret.status != JobStatus.FAILED:
+            exploit.after_unit(run_dir, a.unit.end_step, int(s.max_steps or 0))  # kept before the trial pauses
         return self._settle(a, run_dir, ret, bridge, leases)
 
     def _register(self, a: studies.Assignment, dirname: str, overrides: List[str], me: str,
@@ -264,27 +269,6 @@ class SearchWorker:
         tell(TrialState.COMPLETE, value)
         summary.write(run_dir, **fields)
         return State.COMPLETED, value
-
-    def _copy_donor(self, a: studies.Assignment) -> None:
-        """A PBT exploit: the donor trial's checkpoints copied (never moved) into this trial's run dir, whole
-        (a copy beside it, then renamed over the old one)."""
-        import shutil
-
-        assert a.unit is not None and a.unit.copy_from is not None
-        found = manifest.read(self.sweep_dir)
-        entry = found.runs.get(a.unit.copy_from) if found is not None else None
-        if entry is None or entry.spec.run_dir is None:
-            raise RuntimeError(f"trial {a.number}: its donor trial {a.unit.copy_from} has no run dir in sweep.json")
-        source = Path(entry.spec.run_dir) / "checkpoints"
-        target = Path(self.sweep_dir) / trial_dirname(a.number, a.dir_params or a.params) / "checkpoints"
-        tmp = target.with_name(f"checkpoints.copy-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(source, tmp)
-        old = target.with_name(f"checkpoints.old-{os.getpid()}")
-        if target.exists():
-            target.rename(old)
-        tmp.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
 
     def _stage(self, unit: Unit) -> Dict[str, Any]:
         if self.settings.scheduler in ("asha", "hyperband"):

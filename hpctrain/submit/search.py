@@ -75,7 +75,7 @@ class SearchSweeper(Sweeper):
             problems += scheduler_problems(self.conf, max_steps, eval_every, uses_trial_api(self.task_function),
                                            getattr(self.task_function, "__module__", None) or "the app")
             if self.conf.scheduler == "pbt" and not problems:
-                problems += _pbt_problems(space)
+                problems += _pbt_problems(space, getattr(self.task_function, "mutable_keys", None))
             if self.conf.scheduler != "none" and isinstance(max_steps, int):
                 settings.max_steps = max_steps
                 settings.eval_every = eval_every if isinstance(eval_every, int) and eval_every > 0 else None
@@ -266,14 +266,13 @@ class SearchSweeper(Sweeper):
 _ABSENT = object()
 
 
-def _pbt_problems(space: Space) -> List[str]:
-    """The PBT parameters' kinds (continuous or a choice), checked by the PBT scheduler's own module."""
-    try:
-        from hpctrain.search import pbt
-    except ImportError:
-        return ["hydra.sweeper.scheduler=pbt: this hpctrain has no PBT scheduler (hpctrain.search.pbt)"]
-    check = getattr(pbt, "check_params", None)  # hpctrain.search.pbt.check_params(space) -> List[str]
-    return list(check(space)) if check is not None else []
+def _pbt_problems(space: Space, mutable: Optional[List[str]] = None) -> List[str]:
+    """The PBT parameters' kinds (continuous or a choice) and, where the app names them (``mutable_keys``),
+    the keys it can change mid-run: checked by the PBT scheduler's own module."""
+    from hpctrain.search.pbt import check_params
+
+    line = check_params(space, mutable)
+    return [line] if line else []
 
 
 def _counts(counts: Dict[str, int]) -> str:

@@ -7,9 +7,9 @@ import os
 import socket
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -55,6 +55,26 @@ def lr_lambda(warmup: int, total: int, min_ratio: float):
         return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return factor
+
+
+def read_schedule(entries: Any) -> Dict[int, Dict[str, Any]]:
+    """The ``schedule`` key, ``[{step: N, lr: ..., optim.weight_decay: ...}, ...]``, as ``{N: {key: value}}``:
+    from step N on, those values (a PBT trial's schedule replayed as one run)."""
+    out: Dict[int, Dict[str, Any]] = {}
+    for i, entry in enumerate(entries or ()):
+        entry = dict(entry)
+        step = entry.pop("step", None)
+        if not isinstance(step, int) or step < 0:
+            raise ValueError(f"schedule[{i}]: expected an integer step >= 0, got {step!r}")
+        for key in entry:
+            if key not in RETUNABLE and not key.startswith("optim."):
+                raise ValueError(f"schedule[{i}].{key}: cannot change during a run "
+                                 f"(expected {', '.join(RETUNABLE)} or optim.<key>)")
+        out.setdefault(step, {}).update(entry)
+    return out
+
+
+RETUNABLE = ("lr", "grad_clip")  # besides optim.<key>: what Trainer.retune can change mid-run
 
 
 @dataclass(frozen=True)
@@ -107,8 +127,10 @@ class Trainer:
                              f"rank's {sampler.per_rank} training samples")
         self.data = MicroBatches(self.train_set, sampler, self.device, cfg.num_workers, cfg.seed)
         self.checkpointer = Checkpointer(self.run_dir / runfiles.CKPT, cfg.ckpt_every, info, self, self.data)
+        self.schedule = read_schedule(cfg.get("schedule"))
         self.checkpointer.load()  # the newest complete checkpoint, if any: sets step, data position, RNG
         layout = hparams.layout(cfg.objective.metric, list(self.metric_fns))
+        self.retune(self._values_at(self.step))  # the config's values (and the schedule's) over the checkpoint's
         self.logger = RunLogger(self.run_dir, self.step, layout) if info.is_main else NullLogger()
         self.evaluated_at: Optional[int] = None
         self.stop_flag = AgreedFlag(info)  # several ranks: a stop request agreed on one step later
@@ -133,6 +155,36 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.step = int(state["step"])
+
+    def _values_at(self, step: int) -> Dict[str, Any]:
+        cfg = self.cfg
+        values: Dict[str, Any] = {"lr": cfg.lr, "grad_clip": cfg.grad_clip}
+        values.update({f"optim.{k}": v for k, v in cfg.optim.items() if k not in ("_target_", "fused")})
+        for at in sorted(s for s in self.schedule if s <= step):
+            values.update(self.schedule[at])
+        return values
+
+    def retune(self, values: Mapping[str, Any]) -> None:
+        """Set ``lr`` (the scheduler's base values), ``grad_clip`` and ``optim.<key>`` (the param groups'
+        values) where they differ from the current ones: a loaded checkpoint holds the values it was saved
+        with, and a PBT explore or a schedule's entry changes them. Equal values are left untouched, so a
+        plain resume stays bit-exact."""
+        groups, sched = self.optimizer.param_groups, self.scheduler
+        for key, value in values.items():
+            if key == "lr":
+                for i, group in enumerate(groups):
+                    if sched.base_lrs[i] != float(value):
+                        sched.base_lrs[i] = group["initial_lr"] = float(value)
+                        group["lr"] = float(value) * sched.lr_lambdas[i](sched.last_epoch)
+            elif key == "grad_clip":
+                if self.every.grad_clip != float(value):
+                    self.every = replace(self.every, grad_clip=float(value))
+            elif key.startswith("optim."):
+                name = key[len("optim."):]
+                for i, group in enumerate(groups):
+                    if name in group and not (name == "weight_decay" and i > 0):  # biases and gains keep 0
+                        old = group[name]
+                        group[name] = tuple(value) if isinstance(old, tuple) else value if old is None else type(old)(value)
 
     # ------------------------------------------------------------------ steps
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -181,7 +233,11 @@ class Trainer:
         self.logger.progress(step=self.step)
         loss_acc, interval, last = torch.zeros((), device=self.device), 0, {}
         every = self.every
+        schedule = self.schedule
         while self.step < every.end:
+            if schedule and self.step in schedule:
+                self.retune(schedule[self.step])
+                every = self.every
             # one rank alone acts on a stop request at the next step; several agree on it one step later
             stop_asked = not self.info.enabled and self._stop_asked()
             if self.info.enabled and self.stop_flag.exchange(self._stop_asked()):
