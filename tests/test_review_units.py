@@ -261,7 +261,7 @@ def test_swept_keys_and_overrides():
 
 def _rec(idx, state, metrics, overrides=None, objective=None):
     return RunRow(idx=idx, name=str(idx), values={"lr": str(idx)}, overrides=overrides or [f"lr={idx}"],
-                     run_dir=None, job_id=None, state=state, metrics=metrics, objective=objective)
+                     run_dir=None, job_id=None, state=state, metrics=metrics, declared_objective=objective)
 
 
 def test_ranking_prefers_completed_runs_and_skips_nan():

@@ -127,20 +127,20 @@ def for_rows(sweep_dir: Path, launcher: str, rows: Sequence[Any]) -> "tuple[Dict
         {"idx": r.idx, "job_id": r.job_id, "wall_s": r.wall_s, "attempts": r.attempts} for r in rows])
 
 
-def total_line(rows: Sequence[Any], cost_of: Dict[int, Cost]) -> Optional[str]:
-    """``GPU-hours: 3.2 (completed 2.9, failed 0.2, cancelled 0.1), CPU-hours: 25.6; ~ estimated``."""
-    if not cost_of:
+def total_line(runs: Sequence[Any]) -> Optional[str]:
+    """``GPU-hours: 3.2 (completed 2.9, failed 0.2, cancelled 0.1), CPU-hours: 25.6; ~ estimated`` of runs
+    that carry their ``cost`` (``api.Run``)."""
+    known = [r for r in runs if r.cost is not None]
+    if not known:
         return None
     by_state: Dict[str, float] = {}
-    for r in rows:
-        c = cost_of.get(r.idx)
-        if c is not None:
-            by_state[r.state.value] = by_state.get(r.state.value, 0.0) + c.gpu_hours
-    gpu = sum(c.gpu_hours for c in cost_of.values())
-    cpu = sum(c.cpu_hours for c in cost_of.values())
+    for r in known:
+        by_state[r.state.value] = by_state.get(r.state.value, 0.0) + r.cost.gpu_hours
+    gpu = sum(r.cost.gpu_hours for r in known)
+    cpu = sum(r.cost.cpu_hours for r in known)
     parts = ", ".join(f"{s} {h:.3g}" for s, h in sorted(by_state.items(), key=lambda kv: -kv[1]) if h > 0)
-    estimated = " (estimated from the runs' records: no accounting)" if all(c.estimated for c in cost_of.values()) else (
-        "; ~ estimated" if any(c.estimated for c in cost_of.values()) else "")
+    estimated = " (estimated from the runs' records: no accounting)" if all(r.cost.estimated for r in known) else (
+        "; ~ estimated" if any(r.cost.estimated for r in known) else "")
     return f"GPU-hours: {gpu:.3g}" + (f" ({parts})" if parts else "") + f", CPU-hours: {cpu:.3g}{estimated}"
 
 

@@ -29,7 +29,7 @@ from hpctrain.review.ranking import (
     write_csv,
     write_json,
 )
-from hpctrain.review.runs import collect
+from hpctrain.review import reader
 from hpctrain.review.status import counts_line
 from hpctrain.review.sweep import load_sweep
 
@@ -69,13 +69,18 @@ def _plots(ranking: Ranking, curves: Dict[int, Dict[str, Curve]], swept: List[st
     return out
 
 
+def cost_section(sweep: reader.Sweep) -> List[str]:
+    """The report's cost lines: the total by state, then the runs whose GPUs idled."""
+    return [line for line in [costs.total_line(sweep.runs)] if line] + costs.low_utilisation(sweep.runs)
+
+
 def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = None) -> int:
     from rich.text import Text
 
     con = fmt.console()
     wanted = Direction.parse(mode) if mode else None
-    snap = collect(load_sweep(sweep_dir))
-    records, swept = snap.runs, snap.sweep.swept
+    sweep = reader.read(load_sweep(sweep_dir))
+    records, swept = sweep.runs, sweep.swept
     tags = set(CURVE_TAGS) | ({metric} if metric else set())
     curves = {r.idx: read_scalars(r.run_dir, tags) for r in records}
     last = {idx: {tag: pts[-1][1] for tag, pts in c.items() if pts} for idx, c in curves.items()}
@@ -100,10 +105,9 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
               f"{', the objective' if is_objective else ''})",
               soft_wrap=True)
     _table(ranking, swept, con)
-    con.print(counts_line(snap), soft_wrap=True)
-    cost_of, cost_problems = costs.for_rows(sweep_dir, snap.sweep.launcher, records)
-    cost_lines = [line for line in [costs.total_line(records, cost_of)] if line] + costs.low_utilisation(records)
-    for line in cost_lines + [f"warning: {p}" for p in cost_problems]:
+    con.print(counts_line(sweep), soft_wrap=True)
+    cost_lines = cost_section(sweep)
+    for line in cost_lines + [f"warning: {p}" for p in sweep.problems]:
         con.print(line, soft_wrap=True, markup=False, highlight=False)
     if ranking.best:
         b = ranking.best
@@ -128,16 +132,16 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
 
     try:
         images = _plots(ranking, curves, swept, sweep_dir)
-        if snap.sweep.search is not None:  # each trial's objective and the best so far
+        if sweep.spec is not None and sweep.spec.search is not None:  # each trial's objective and the best so far
             points = [(x.record.idx, x.value, x.record.state) for x in ranking.runs if x.value is not None]
             if points:
                 images.append(search_review.history_plot(points, metric, ranking.mode,
                                                          sweep_dir / "optimisation_history.png"))
         write_csv(sweep_dir / "results.csv", result_rows(ranking, swept))
-        write_json(sweep_dir / "results.json", ranking, sweep_dir, snap.counts(), command, images)
+        write_json(sweep_dir / "results.json", ranking, sweep_dir, sweep.counts(), command, images)
         cost_md = "\n## Cost\n\n" + "\n".join(f"- {line}" for line in cost_lines) + "\n" if cost_lines else ""
         write_text_atomic(sweep_dir / "report.md", markdown(
-            ranking, sweep_dir, swept, snap.counts(), command, images) + cost_md)
+            ranking, sweep_dir, swept, sweep.counts(), command, images) + cost_md)
     except OSError as exc:
         print(f"hpctrain report: error: cannot write the report into {sweep_dir}: {exc}", file=sys.stderr)
         return 1

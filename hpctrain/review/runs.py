@@ -12,7 +12,8 @@ A queue that cannot be asked is unknown: the record's word stands, with a warnin
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from hpctrain.core import events, summary
 from hpctrain.core.paths import RunPaths
@@ -20,23 +21,28 @@ from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RunState, State
 from hpctrain.review import jobs
 from hpctrain.review.cost import record_wall
 from hpctrain.review import search as search_review
-from hpctrain.review.sweep import RunSpec, Sweep
+from hpctrain.review.sweep import RunSpec, Sweep, typed_value
 from hpctrain.slurm import parse as slurm_parse
 from hpctrain.slurm import query as slurm
+
+if TYPE_CHECKING:
+    from hpctrain.review.cost import Cost
 
 STATES = tuple(State)  # the order counts are shown in
 LAUNCHER_QUIET_S = 60.0  # a local sweep that wrote nothing for this long, with no run alive, has no launcher
 
 
 @dataclass
-class RunRow:
-    """One row of `status`: what review knows of a run now (its record checked against the queue)."""
+class Run:
+    """One run of a sweep as review knows it now: its record checked against the queue, its summary, its
+    cost (set by :func:`hpctrain.api.read`). The one row type of ``status``, ``report``, the tab and the
+    Python API (``hpctrain.api.Run`` is this class)."""
 
     idx: int
     name: str
-    values: Dict[str, str]  # swept values
+    values: Dict[str, str]  # swept values, as written in the overrides
     overrides: List[str]
-    run_dir: Optional[str]
+    run_dir: Optional[Path]
     job_id: Optional[str]
     state: State
     note: str = ""  # why that state, when the queue or the job's files decided it
@@ -48,29 +54,52 @@ class RunRow:
     log: Optional[str] = None
     error: Optional[str] = None  # the traceback tail of a failed run
     metrics: Dict[str, Any] = field(default_factory=dict)
-    objective: Optional[Dict[str, str]] = None  # {"metric": NAME, "mode": "min"|"max"} as the run declares it
+    declared_objective: Optional[Dict[str, str]] = None  # {"metric": NAME, "mode": "min"|"max"} as the run declares it
+    objective: Optional[float] = None  # the value of the sweep's objective metric, where the run has it
     wall_s: float = 0.0  # the attempts' time by the run's own record (cost.record_wall)
     attempts: int = 0
     sys: Dict[str, float] = field(default_factory=dict)  # utilisation the job sampled (metrics.json "sys")
+    cost: "Optional[Cost]" = None  # GPU-, CPU-hours and wall time over all attempts (hpctrain.api.read)
 
     def __post_init__(self) -> None:
         self.state = State(self.state)  # a state given as its JSON text
 
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        """As ``status --json`` and results.json write a run: ``objective`` is the declared metric and mode."""
+        out = asdict(self)
+        out["objective"] = out.pop("declared_objective")
+        out["objective_value"] = self.objective
+        return out
+
+    @property
+    def index(self) -> int:
+        return self.idx
+
+    @property
+    def params(self) -> Dict[str, Any]:
+        """The swept values, as numbers where they are numbers."""
+        return {k: typed_value(v) for k, v in self.values.items()}
+
+    @property
+    def utilisation(self) -> Dict[str, float]:
+        return self.sys
+
+    @property
+    def gpu_hours(self) -> Optional[float]:
+        return self.cost.gpu_hours if self.cost else None
 
     @property
     def objective_value(self) -> Optional[float]:
-        if not self.objective:
-            return None
-        value = self.metrics.get(self.objective.get("metric"))
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return self.objective
+
+
+RunRow = Run  # the name review's modules and tests knew it by
 
 
 @dataclass
 class Snapshot:
     sweep: Sweep
-    runs: List[RunRow]
+    runs: List[Run]
     warnings: List[str]
     taken: float
 
@@ -80,12 +109,12 @@ class Snapshot:
             out[r.state] += 1
         return {s: n for s, n in out.items() if n}
 
-    def active(self) -> List[RunRow]:
+    def active(self) -> List[Run]:
         return [r for r in self.runs if r.state in ACTIVE]
 
     def objective(self) -> Optional[Dict[str, str]]:
         """The sweep's objective, as its runs declare it (the first run that has one)."""
-        return next((r.objective for r in self.runs if r.objective), None)
+        return next((r.declared_objective for r in self.runs if r.declared_objective), None)
 
 
 class _Judge:
@@ -200,7 +229,17 @@ def collect(sweep: Sweep, poller: "Optional[slurm.Poller[slurm_parse.QueueState]
         rs = events.read(spec.run_dir)
         state, note = judge.state(spec, rs, found)
         rows.append(_row(sweep, spec, found, rs, state, note, now, spec.job_id in packed))
-    return Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings, taken=now)
+    snap = Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings, taken=now)
+    declared = snap.objective() or {}
+    metric = sweep.objective_metric or declared.get("metric")
+    if metric:
+        for row in rows:
+            row.objective = _number(row.metrics.get(metric))
+    return snap
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def packed_job_ids(specs: Iterable[Any]) -> Set[str]:
@@ -214,7 +253,7 @@ def packed_job_ids(specs: Iterable[Any]) -> Set[str]:
 
 
 def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, state: State, note: str,
-         now: float, packed: bool = False) -> RunRow:
+         now: float, packed: bool = False) -> Run:
     values = summary.get("metrics") or {}
     loss = values.get("train/loss")
     objective = summary.get("objective")
@@ -224,15 +263,14 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
         told = search_review.objective(summary, metric)
         if told is not None and metric not in values:
             values = {**values, metric: told}
-    row = RunRow(
-        idx=spec.idx, name=spec.name, values=sweep.values(spec), overrides=spec.overrides,
-        run_dir=str(spec.run_dir) if spec.run_dir else None, job_id=spec.job_id or rs.job_id, state=state, note=note,
+    row = Run(
+        idx=spec.idx, name=spec.name, values=sweep.values(spec), overrides=spec.overrides, run_dir=spec.run_dir, job_id=spec.job_id or rs.job_id, state=state, note=note,
         step=summary.get("step"), max_steps=summary.get("max_steps") or spec.max_steps,
         loss=float(loss) if isinstance(loss, (int, float)) else None,
         elapsed_s=_elapsed(summary, rs, state, now),
         restarts=rs.restarts if rs.state is not None else int(summary.get("restarts") or 0),
         metrics=dict(values),
-        objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
+        declared_objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
     )
     row.wall_s, row.attempts = record_wall(rs, now)
     sampled = summary.get("sys")

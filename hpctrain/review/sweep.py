@@ -64,6 +64,16 @@ def parse_overrides(overrides: List[str]) -> Dict[str, str]:
     return out
 
 
+def typed_value(value: str) -> Any:
+    """A swept value as the number it reads as (``"1e-3"`` -> 0.001), else the text."""
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
 def swept_keys(runs: List[RunSpec]) -> List[str]:
     """Keys whose value is not the same in every run; with one run, all of its override keys."""
     parsed = [parse_overrides(r.overrides) for r in runs]

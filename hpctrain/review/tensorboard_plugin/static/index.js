@@ -48,6 +48,7 @@ function header(data, stale) {
   const when = new Date().toLocaleTimeString();
   return `<div class="meta" id="sweep">sweep <b>${esc(data.sweep_dir)}</b> (${esc(data.launcher || "?")})${objective}</div>
     <div id="counts">${(data.runs || []).length} runs${counts ? ": " + counts : ""}</div>
+    ${data.cost && data.cost.line ? `<div id="cost">${esc(data.cost.line)}</div>` : ""}
     <div class="meta ${stale ? "stale" : ""}" id="updated">${stale ? esc(stale) : "updated " + esc(when) + ", every 2 s"}</div>`;
 }
 
@@ -65,7 +66,7 @@ function runsTable(data) {
   const rows = (data.runs || []).map((r) => `<tr data-idx="${r.idx}" data-state="${esc(r.state)}">
     <td class="n">${r.idx}</td><td>${esc(r.label)}</td><td>${stateCell(r.state)}</td><td class="n">${esc(progress(r))}</td>
     <td class="n">${num(r.objective)}</td><td class="n">${r.restarts}</td><td class="n">${esc(r.elapsed)}</td>
-    <td class="n">${num(r.gpu_hours)}</td><td class="n">${num(r.gpu_util)}</td><td>${esc(r.note)}</td></tr>`);
+    <td class="n">${r.estimated && r.gpu_hours !== null ? "~" : ""}${num(r.gpu_hours)}</td><td class="n">${num(r.gpu_util)}</td><td>${esc(r.note)}</td></tr>`);
   return `<h2>Runs</h2><table id="runs">${head}${rows.join("")}</table>`;
 }
 
