@@ -338,3 +338,25 @@ def test_held_and_slurm_requeued_runs_show_slurm_reason(tmp_path, fake_squeue):
     assert "requeued by Slurm" in by_idx[1].note
     assert by_idx[3].restarts == 1
     assert snap.counts() == {"running": 1, "requeued": 1, "held": 2}
+
+
+def _retime(run_dir: Path, seconds: list) -> None:
+    """Set the record's event times (the file names' first part) to ``seconds`` after a fixed moment."""
+    record = run_dir / ".hpctrain" / "record"
+    names = sorted(os.listdir(record))
+    assert len(names) == len(seconds)
+    for name, s in zip(names, seconds):
+        os.rename(record / name, record / (f"{int(1.7e18 + s * 1e9):020d}" + name[20:]))
+
+
+def test_elapsed_counts_every_attempt_not_only_the_last(tmp_path, fake_squeue):
+    """A run resumed at its last step (a rerun of edited code, a retry after the final save) trains 0.3 s in
+    its last attempt, which metrics.json's elapsed_s is; the earlier attempt's 100 s by the record count too."""
+    fake_squeue([])
+    sweep = make_sweep(tmp_path / "s", {0: {
+        "metrics": {"step": 10, "max_steps": 10, "elapsed_s": 0.3, "metrics": {"train/loss": 0.1}},
+        "record": [SUBMITTED, started("100_0"), ("requeued", {}), started("100_0"), ("completed", {})]}})
+    _retime(sweep / "0_lr=0", [0, 1, 101, 200, 201])
+    (run,) = collect(load_sweep(sweep)).runs
+    assert run.state == "completed" and run.attempts == 2
+    assert run.elapsed_s == pytest.approx(100.3) and run.wall_s == pytest.approx(101)

@@ -64,14 +64,22 @@ def from_accounting(attempts: Sequence[Usage], shared_by: int = 1) -> Cost:
 def record_wall(rs: RunState, now: float) -> "tuple[float, int]":
     """Seconds the run's attempts took by its own record (each start to the next event that ends it), and
     how many attempts started; an attempt still running counts up to ``now``."""
-    starts = [e for e in rs.events if e.kind is EventKind.STARTED and e.rank <= 0]
-    wall = 0.0
+    walls = attempt_walls(rs, now)
+    return sum(walls), len(walls)
+
+
+def attempt_walls(rs: RunState, now: float) -> List[float]:
+    """Each attempt's seconds by the record, in start order (every submission's)."""
     ordered = sorted(rs.events, key=lambda e: e.time_ns)
-    for start in starts:
-        later = [e.time_ns for e in ordered if e.time_ns > start.time_ns and e.kind is not EventKind.STARTED]
-        end_ns = later[0] if later else (now * 1e9 if rs.state in (State.RUNNING, None) else start.time_ns)
-        wall += max(0.0, (end_ns - start.time_ns) / 1e9)
-    return wall, len(starts)
+    walls = []
+    for i, start in enumerate(ordered):
+        if start.kind is not EventKind.STARTED or start.rank > 0:
+            continue
+        end_ns = next((e.time_ns for e in ordered[i + 1:] if e.kind is not EventKind.STARTED), None)
+        if end_ns is None:
+            end_ns = now * 1e9 if rs.state in (State.RUNNING, None) else start.time_ns
+        walls.append(max(0.0, (end_ns - start.time_ns) / 1e9))
+    return walls
 
 
 def from_record(wall_s: float, attempts: int, alloc: Allocation, shared_by: int = 1) -> Optional[Cost]:

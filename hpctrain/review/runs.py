@@ -19,7 +19,7 @@ from hpctrain.core import events, summary
 from hpctrain.core.paths import RunPaths
 from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RunState, State
 from hpctrain.review import jobs
-from hpctrain.review.cost import record_wall
+from hpctrain.review.cost import attempt_walls
 from hpctrain.review import search as search_review
 from hpctrain.review.sweep import RunSpec, Sweep, typed_value
 from hpctrain.slurm import parse as slurm_parse
@@ -224,11 +224,12 @@ def collect(sweep: Sweep, poller: "Optional[slurm.Poller[slurm_parse.QueueState]
     now = time.time()
     rows = []
     packed = packed_job_ids(sweep.runs)
+    logs = _names(sweep.submitit_folder)  # one listing, not two stats a run
     for spec in sweep.runs:
         found = (summary.read(spec.run_dir) if spec.run_dir else None) or {}
         rs = events.read(spec.run_dir)
         state, note = judge.state(spec, rs, found)
-        rows.append(_row(sweep, spec, found, rs, state, note, now, spec.job_id in packed))
+        rows.append(_row(sweep, spec, found, rs, state, note, now, spec.job_id in packed, logs))
     snap = Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings, taken=now)
     declared = snap.objective() or {}
     metric = sweep.objective_metric or declared.get("metric")
@@ -253,9 +254,11 @@ def packed_job_ids(specs: Iterable[Any]) -> Set[str]:
 
 
 def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, state: State, note: str,
-         now: float, packed: bool = False) -> Run:
+         now: float, packed: bool = False, logs: Optional[Set[str]] = None) -> Run:
+    """``logs``: the names in the submitit folder, listed once for the sweep (None: stat each log)."""
     values = summary.get("metrics") or {}
     loss = values.get("train/loss")
+    walls = attempt_walls(rs, now)
     objective = summary.get("objective")
     if sweep.search is not None:  # a search trial: ranked by the study's objective, as its worker told it
         metric = sweep.objective_metric
@@ -267,12 +270,12 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
         idx=spec.idx, name=spec.name, values=sweep.values(spec), overrides=spec.overrides, run_dir=spec.run_dir, job_id=spec.job_id or rs.job_id, state=state, note=note,
         step=summary.get("step"), max_steps=summary.get("max_steps") or spec.max_steps,
         loss=float(loss) if isinstance(loss, (int, float)) else None,
-        elapsed_s=_elapsed(summary, rs, state, now),
+        elapsed_s=_elapsed(summary, rs, state, now, walls),
         restarts=rs.restarts if rs.state is not None else int(summary.get("restarts") or 0),
         metrics=dict(values),
         declared_objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
     )
-    row.wall_s, row.attempts = record_wall(rs, now)
+    row.wall_s, row.attempts = sum(walls), len(walls)
     sampled = summary.get("sys")
     if isinstance(sampled, dict):
         row.sys = {k: float(v) for k, v in sampled.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -282,12 +285,14 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
     elif row.job_id:
         err = jobs.log_path(sweep.submitit_folder, row.job_id, "err")
         out = jobs.log_path(sweep.submitit_folder, row.job_id, "out")
-        err_size = _size(err)
-        if (state in FAILURES or state is State.CANCELLED) and err_size > 0:
+        def present(path: str) -> bool:
+            return os.path.basename(path) in logs if logs is not None else _size(path) >= 0
+
+        if (state in FAILURES or state is State.CANCELLED) and present(err) and _size(err) > 0:
             row.log = err
-        elif _size(out) >= 0:
+        elif present(out):
             row.log = out
-        elif err_size >= 0:
+        elif present(err):
             row.log = err
     if state in FAILURES:
         row.error = rs.error or summary.get("error") or (
@@ -296,18 +301,31 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
     return row
 
 
-def _elapsed(summary: Dict[str, Any], rs: RunState, state: State, now: float) -> Optional[float]:
+def _elapsed(summary: Dict[str, Any], rs: RunState, state: State, now: float, walls: List[float]) -> Optional[float]:
+    """The run's time over all its attempts: this attempt's as the trainer counts it (metrics.json
+    ``started``/``elapsed_s``, rewritten each attempt), plus the earlier attempts' by the record (``walls``)."""
     started = summary.get("started")
+    last_start = rs.last_start.time_ns / 1e9 if rs.last_start is not None else None
+    earlier = sum(walls[:-1])
     if not isinstance(started, (int, float)):
-        started = rs.started_at
+        started = last_start if state is State.RUNNING else None
+    if state is not State.RUNNING and isinstance(summary.get("elapsed_s"), (int, float)):
+        return float(summary["elapsed_s"]) + earlier
+    if started is None:
+        started, earlier = rs.started_at, 0.0  # from the record's first start: every attempt is in it
     if started is None:
         return summary.get("elapsed_s")
     if state is State.RUNNING:
-        return max(0.0, now - started)
-    if isinstance(summary.get("elapsed_s"), (int, float)):
-        return float(summary["elapsed_s"])
+        return max(0.0, now - started) + earlier
     ended = rs.ended_at or summary.get("updated")
-    return max(0.0, ended - started) if isinstance(ended, (int, float)) else None
+    return max(0.0, ended - started) + earlier if isinstance(ended, (int, float)) else None
+
+
+def _names(folder: Path) -> Optional[Set[str]]:
+    try:
+        return set(os.listdir(folder))
+    except OSError:
+        return None
 
 
 def _size(path: str) -> int:

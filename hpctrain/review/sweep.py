@@ -14,7 +14,7 @@ import yaml
 
 from hpctrain.core import events, manifest
 from hpctrain.core.paths import MULTIRUN_YAML, SWEEP_MANIFEST, RunPaths, SweepPaths
-from hpctrain.core.redact import is_secret_key, redact_overrides
+from hpctrain.core.redact import is_secret_key, redact_override
 from hpctrain.review import search as search_review
 
 
@@ -118,8 +118,9 @@ def load_sweep(sweep_dir: Path) -> Sweep:
         sweep = discover_sweep(sweep_dir)
     else:
         sweep = _from_manifest(sweep_dir, found)
+    redacted: Dict[str, str] = {}  # runs share most overrides: each distinct one redacted once
     for run in sweep.runs:  # matched to their run dirs already: from here on, only shown to people
-        run.overrides = redact_overrides(run.overrides)
+        run.overrides = [redacted.get(o) or redacted.setdefault(o, redact_override(o)) for o in map(str, run.overrides)]
     sweep.swept = [k for k in swept_keys(sweep.runs) if not is_secret_key(k)]  # no column of <redacted>
     return sweep
 
