@@ -360,3 +360,35 @@ def test_elapsed_counts_every_attempt_not_only_the_last(tmp_path, fake_squeue):
     (run,) = collect(load_sweep(sweep)).runs
     assert run.state == "completed" and run.attempts == 2
     assert run.elapsed_s == pytest.approx(100.3) and run.wall_s == pytest.approx(101)
+
+
+def test_a_requeue_records_its_steps_and_the_cost_says_what_was_redone(tmp_path, fake_squeue):
+    """The requeue's event holds the step the run stopped at (metrics.json's) and its checkpoint's step (as
+    the checkpointer noted it); the steps between are trained again and take their share of the GPU-hours."""
+    from hpctrain.review import cost
+
+    fake_squeue([])
+    sweep = make_sweep(tmp_path / "s", {0: {"metrics": {"step": 200, "max_steps": 200},
+                                            "record": [SUBMITTED, started("100_0")]}})
+    run_dir = sweep / "0_lr=0"
+    (run_dir / "metrics.json").write_text(json.dumps({"step": 150, "max_steps": 200}))
+    events.checkpoint_at(run_dir, 100)  # a checkpoint at 100, none since: 50 steps lost to the signal
+    events.requeued(run_dir)
+    assert [e.data() for e in events.events(run_dir) if e.kind == "requeued"][0]["checkpoint_step"] == 100
+    events.started(run_dir, job_id="100_0")
+    events.checkpoint_at(run_dir, 160)  # resumed, then checkpointed at the signal: nothing lost
+    (run_dir / "metrics.json").write_text(json.dumps({"step": 160, "max_steps": 200}))
+    events.requeued(run_dir)
+    events.started(run_dir, job_id="100_0")
+    events.requeued(run_dir, step=None)  # an app that does not say its step: not counted, said so
+    events.started(run_dir, job_id="100_0")
+    events.completed(run_dir)
+    (run_dir / "metrics.json").write_text(json.dumps({"step": 200, "max_steps": 200}))
+    (run,) = collect(load_sweep(sweep)).runs
+    assert run.requeue_steps == [(150, 100), (160, 160), (None, 160)]
+    run.cost = cost.with_redone(cost.Cost(2.5, 10.0, 9000, 4, False), run.requeue_steps, run.step)
+    assert run.cost.requeues == 3 and run.cost.redone_steps == 50 and run.cost.redone_unknown == 1
+    assert run.cost.redone_gpu_hours == pytest.approx(2.5 * 50 / 250)
+    assert cost.redone_line([run]) == ("redone after 3 requeues: 0.5 GPU-hours (50 steps between the last "
+                                       "checkpoint and the signal); 1 requeue(s) without the steps in their "
+                                       "record: not counted")

@@ -5,9 +5,9 @@ sweep), else estimated from the run's own record (first start to last event) and
 so. Runs packed into one task (``runs_per_task``) share its allocation evenly.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain.core.state import EventKind, RunState, State
 from hpctrain.slurm import query as slurm
@@ -21,6 +21,10 @@ class Cost:
     wall_s: float  # summed over attempts
     attempts: int
     estimated: bool  # True: from the run's record and its allocation, not from accounting
+    requeues: int = 0
+    redone_steps: int = 0  # trained again after a requeue: between the last checkpoint and the signal
+    redone_gpu_hours: float = 0.0  # their share of the GPU-hours (every step costs the same)
+    redone_unknown: int = 0  # requeues whose record lacks the step or the checkpoint's step
 
 
 @dataclass(frozen=True)
@@ -121,9 +125,33 @@ def sweep_costs(sweep_dir: Path, launcher: str, runs: List[Dict[str, Any]]) -> "
         cost = (from_accounting(attempts, shared) if attempts
                 else from_record(float(r.get("wall_s") or 0.0), int(r.get("attempts") or 0), alloc, shared))
         if cost is not None:
-            out[int(r["idx"])] = cost
+            out[int(r["idx"])] = with_redone(cost, r.get("requeue_steps") or [], r.get("step"))
     return out, problems
 
+
+
+def with_redone(cost: Cost, requeue_steps: Sequence[Tuple[Optional[int], Optional[int]]],
+                step: Optional[int]) -> Cost:
+    """``cost`` with what its requeues redid: per requeue, the steps from the checkpoint it resumed from to
+    the step it stopped at, and their share of the run's GPU-hours (``step`` steps trained, plus those twice)."""
+    known = [(s, c) for s, c in requeue_steps if s is not None and c is not None]
+    steps = sum(max(0, s - c) for s, c in known)
+    trained = (step or 0) + steps
+    return replace(cost, requeues=len(requeue_steps), redone_steps=steps, redone_unknown=len(requeue_steps) - len(known),
+                   redone_gpu_hours=cost.gpu_hours * steps / trained if trained else 0.0)
+
+
+def redone_line(runs: Sequence[Any]) -> Optional[str]:
+    """``redone after 3 requeues: 0.12 GPU-hours (40 steps between the last checkpoint and the signal)``;
+    None when no run was requeued."""
+    known = [r.cost for r in runs if r.cost is not None and r.cost.requeues]
+    if not known:
+        return None
+    n = sum(c.requeues for c in known)
+    unknown = sum(c.redone_unknown for c in known)
+    line = (f"redone after {n} requeue{'s' if n != 1 else ''}: {sum(c.redone_gpu_hours for c in known):.3g} GPU-hours "
+            f"({sum(c.redone_steps for c in known)} steps between the last checkpoint and the signal)")
+    return line + (f"; {unknown} requeue(s) without the steps in their record: not counted" if unknown else "")
 
 
 LOW_GPU_UTIL = 20.0  # % busy on average: below it a run is flagged (status, report)
@@ -132,7 +160,8 @@ LOW_GPU_UTIL = 20.0  # % busy on average: below it a run is flagged (status, rep
 def for_rows(sweep_dir: Path, launcher: str, rows: Sequence[Any]) -> "tuple[Dict[int, Cost], List[str]]":
     """Costs of review's rows (``runs.RunRow``), one sacct call for all of them."""
     return sweep_costs(sweep_dir, launcher, [
-        {"idx": r.idx, "job_id": r.job_id, "wall_s": r.wall_s, "attempts": r.attempts} for r in rows])
+        {"idx": r.idx, "job_id": r.job_id, "wall_s": r.wall_s, "attempts": r.attempts, "step": r.step,
+         "requeue_steps": getattr(r, "requeue_steps", [])} for r in rows])
 
 
 def total_line(runs: Sequence[Any]) -> Optional[str]:

@@ -55,6 +55,10 @@ class Sweep:
         """GPU-hours of every run, or of the runs that ended ``state`` (completed, failed, cancelled, ...)."""
         return sum(r.cost.gpu_hours for r in self.runs if r.cost and (state is None or r.state is state))
 
+    def redone_gpu_hours(self) -> float:
+        """GPU-hours trained again after requeues (the steps between each one's last checkpoint and signal)."""
+        return sum(r.cost.redone_gpu_hours for r in self.runs if r.cost)
+
     def cost_by_state(self) -> Dict[State, float]:
         out: Dict[State, float] = {}
         for r in self.runs:
@@ -64,7 +68,7 @@ class Sweep:
 
     def to_pandas(self) -> Any:
         """One row per run: index, name, a column per swept key and per metric, state, objective, restarts,
-        gpu_hours, cpu_hours, wall_s, estimated, step, run_dir."""
+        gpu_hours, cpu_hours, wall_s, estimated, requeues, redone_steps, redone_gpu_hours, step, run_dir."""
         try:
             import pandas as pd
         except ImportError:
@@ -108,7 +112,9 @@ def _row(r: Run) -> Dict[str, Any]:
     c = r.cost
     row.update(restarts=r.restarts, step=r.step, gpu_hours=c.gpu_hours if c else None,
                cpu_hours=c.cpu_hours if c else None, wall_s=c.wall_s if c else None,
-               estimated=c.estimated if c else None, run_dir=str(r.run_dir) if r.run_dir else None)
+               estimated=c.estimated if c else None, requeues=c.requeues if c else None,
+               redone_steps=c.redone_steps if c else None, redone_gpu_hours=c.redone_gpu_hours if c else None,
+               run_dir=str(r.run_dir) if r.run_dir else None)
     return row
 
 

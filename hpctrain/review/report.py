@@ -71,7 +71,8 @@ def _plots(ranking: Ranking, curves: Dict[int, Dict[str, Curve]], swept: List[st
 
 def cost_section(sweep: reader.Sweep) -> List[str]:
     """The report's cost lines: the total by state, then the runs whose GPUs idled."""
-    return [line for line in [costs.total_line(sweep.runs)] if line] + costs.low_utilisation(sweep.runs)
+    lines = [costs.total_line(sweep.runs), costs.redone_line(sweep.runs)]
+    return [line for line in lines if line] + costs.low_utilisation(sweep.runs)
 
 
 def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = None) -> int:

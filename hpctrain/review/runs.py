@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tupl
 
 from hpctrain.core import events, summary
 from hpctrain.core.paths import RunPaths
-from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RunState, State
+from hpctrain.core.state import ACTIVE, FAILURES, FINAL, EventKind, RunState, State
 from hpctrain.review import jobs
 from hpctrain.review.cost import attempt_walls
 from hpctrain.review import search as search_review
@@ -60,6 +60,8 @@ class Run:
     attempts: int = 0
     sys: Dict[str, float] = field(default_factory=dict)  # utilisation the job sampled (metrics.json "sys")
     cost: "Optional[Cost]" = None  # GPU-, CPU-hours and wall time over all attempts (hpctrain.api.read)
+    # each requeue's (step it stopped at, step of the checkpoint it resumed from), None where not recorded
+    requeue_steps: List[Tuple[Optional[int], Optional[int]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.state = State(self.state)  # a state given as its JSON text
@@ -276,6 +278,8 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
         declared_objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
     )
     row.wall_s, row.attempts = sum(walls), len(walls)
+    requeues = [e for e in rs.events if e.kind is EventKind.REQUEUED]  # every submission's
+    row.requeue_steps = [_requeue_steps(e.data()) for e in requeues]  # their files: only these are opened
     sampled = summary.get("sys")
     if isinstance(sampled, dict):
         row.sys = {k: float(v) for k, v in sampled.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -319,6 +323,13 @@ def _elapsed(summary: Dict[str, Any], rs: RunState, state: State, now: float, wa
         return max(0.0, now - started) + earlier
     ended = rs.ended_at or summary.get("updated")
     return max(0.0, ended - started) + earlier if isinstance(ended, (int, float)) else None
+
+
+def _requeue_steps(data: Dict[str, Any]) -> Tuple[Optional[int], Optional[int]]:
+    def step(value: Any) -> Optional[int]:
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return step(data.get("step")), step(data.get("checkpoint_step"))
 
 
 def _names(folder: Path) -> Optional[Set[str]]:

@@ -77,6 +77,7 @@ def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
             "step": r.step, "max_steps": r.max_steps, "objective": number(r.objective),
             "restarts": r.restarts, "elapsed": fmt.duration(r.elapsed_s), "job_id": r.job_id,
             "gpu_hours": number(r.gpu_hours), "estimated": bool(r.cost and r.cost.estimated),
+            "redone_gpu_hours": number(r.cost.redone_gpu_hours) if r.cost and r.cost.requeues else None,
             "gpu_util": number(r.sys.get("gpu_util_mean")),
         }
         rows.append(row)
@@ -116,4 +117,5 @@ def cost_summary(sweep: reader.Sweep) -> Dict[str, Any]:
 
     return {"gpu_hours": number(sweep.gpu_hours()),
             "by_state": {s.value: number(h) for s, h in sweep.cost_by_state().items()},
-            "line": costs.total_line(sweep.runs)}
+            "redone_gpu_hours": number(sweep.redone_gpu_hours()),
+            "line": costs.total_line(sweep.runs), "redone": costs.redone_line(sweep.runs)}

@@ -48,7 +48,7 @@ function header(data, stale) {
   const when = new Date().toLocaleTimeString();
   return `<div class="meta" id="sweep">sweep <b>${esc(data.sweep_dir)}</b> (${esc(data.launcher || "?")})${objective}</div>
     <div id="counts">${(data.runs || []).length} runs${counts ? ": " + counts : ""}</div>
-    ${data.cost && data.cost.line ? `<div id="cost">${esc(data.cost.line)}</div>` : ""}
+    ${data.cost && data.cost.line ? `<div id="cost">${esc(data.cost.line)}${data.cost.redone ? `<div id="redone">${esc(data.cost.redone)}</div>` : ""}</div>` : ""}
     <div class="meta ${stale ? "stale" : ""}" id="updated">${stale ? esc(stale) : "updated " + esc(when) + ", every 2 s"}</div>`;
 }
 
