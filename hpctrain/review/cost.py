@@ -125,7 +125,8 @@ def sweep_costs(sweep_dir: Path, launcher: str, runs: List[Dict[str, Any]]) -> "
         cost = (from_accounting(attempts, shared) if attempts
                 else from_record(float(r.get("wall_s") or 0.0), int(r.get("attempts") or 0), alloc, shared))
         if cost is not None:
-            out[int(r["idx"])] = with_redone(cost, r.get("requeue_steps") or [], r.get("step"))
+            requeues = r.get("requeue_steps")
+            out[int(r["idx"])] = with_redone(cost, requeues, r.get("step")) if requeues else cost
     return out, problems
 
 

@@ -5,6 +5,7 @@ A sweep still in flight on the local launcher has no manifest yet; then the runs
 matched by their ``.hydra/overrides.yaml``.
 """
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,7 @@ def parse_overrides(overrides: List[str]) -> Dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=65536)  # sweeps repeat their values: each distinct one cast once
 def typed_value(value: str) -> Any:
     """A swept value as the number it reads as (``"1e-3"`` -> 0.001), else the text."""
     for cast in (int, float):
