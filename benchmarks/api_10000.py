@@ -2,13 +2,15 @@
 
 The sweep dir is built as ``status_1000.py`` builds its own (a small real local sweep's run files copied
 into a Slurm-style sweep of N runs, squeue/sacct counted through wrappers on PATH). Prints the time of the
-whole call (best of 3) and whether torch was imported, the figure last.
+whole call (best of 3), its CPU time (user + system of the process and its squeue/sacct children: what a
+loaded machine does not inflate as much) and whether torch was imported, the figure last.
 
     .venv/bin/python benchmarks/api_10000.py [--runs 10000]
 """
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,16 +42,20 @@ def main() -> None:
         bin_dir = counting_bin(work)
         env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
                    HPCTRAIN_CALLS_LOG=str(bin_dir / "calls.log"))
-        times, inside = [], []
+        times, inside, cpu = [], [], []
         for _ in range(3):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             out = subprocess.run([sys.executable, "-c", CODE, str(sweep)], capture_output=True, text=True, env=env,
                                  check=True).stdout.split()
             times.append(time.perf_counter() - t0)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             inside.append(float(out[0]))
         print(f"rows {out[1]}, torch imported: {out[2]}, runs with a cost: {out[3]}")
         calls = (bin_dir / "calls.log").read_text().split() if (bin_dir / "calls.log").exists() else []
         print(f"calls in 3 loads: squeue {calls.count('squeue')}, sacct {calls.count('sacct')}")
+        print(f"CPU time (user + system, best of 3): {min(cpu):.2f} s; load average now {os.getloadavg()[0]:.1f}")
     print(f"load().to_pandas() on {args.runs} runs: {min(times):.2f} s whole process, {min(inside):.2f} s in it "
           f"(best of 3; median {statistics.median(times):.2f} s)")
 

@@ -1,7 +1,8 @@
 """The Python face over sweeps: ``hpctrain.load(dir)``, ``hpctrain.launch([...])``, ``hpctrain.compare([...])``.
 
-Login side: no torch. Reads through the review layer's single readers (the manifest, the run record,
-metrics.json, the queue, accounting); whatever cannot be read is said in ``Sweep.problems``, never raised.
+A thin public face: the sweep, its runs and their reading are review's own (:mod:`hpctrain.review.reader`,
+the one reader ``status``, ``report`` and the tab use too). Login side: no torch; whatever cannot be read
+is said in ``Sweep.problems``, never raised.
 
     import hpctrain
     sweep = hpctrain.load("multirun/2026-12-01/10-00-00")
@@ -13,149 +14,14 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence
 
-from hpctrain.core.state import ACTIVE, Direction, State
-from hpctrain.review import cost as costs
-from hpctrain.review.ranking import typed_value
-from hpctrain.review.sweep import SweepError, find_sweep_dir
+from hpctrain.review.reader import Curve, PathLike, Sweep, load, read
+from hpctrain.review.runs import Run
+from hpctrain.review.sweep import SweepError
 
-PathLike = Union[str, Path]
-Curve = List[Tuple[int, float]]
-
-
-@dataclass(frozen=True)
-class Run:
-    """One run of a sweep, as review sees it now."""
-
-    index: int
-    name: str
-    params: Dict[str, Any]  # the swept values, as numbers where they are numbers
-    state: State
-    objective: Optional[float]  # the value of the sweep's objective metric, where the run has it
-    metrics: Dict[str, Any]  # the final (or latest) metrics of metrics.json
-    step: Optional[int]
-    max_steps: Optional[int]
-    restarts: int
-    cost: Optional[costs.Cost]
-    utilisation: Dict[str, float]  # metrics.json's "sys" means and peaks, where the job sampled them
-    run_dir: Optional[Path]
-    job_id: Optional[str]
-    error: Optional[str] = None
-    note: str = ""
-    log: Optional[str] = None
-
-    @property
-    def gpu_hours(self) -> Optional[float]:
-        return self.cost.gpu_hours if self.cost else None
-
-
-@dataclass
-class Sweep:
-    dir: Path
-    launcher: str
-    runs: List[Run]
-    swept: List[str]
-    objective_metric: Optional[str]
-    direction: Direction
-    problems: List[str] = field(default_factory=list)  # what could not be read, one line each
-    process: Optional[subprocess.Popen] = field(default=None, repr=False)  # hpctrain.launch(..., local)
-
-    def best(self) -> Optional[Run]:
-        scored = [r for r in self.runs if r.objective is not None]
-        if not scored:
-            return None
-        pick = min if self.direction is Direction.MIN else max
-        return pick(scored, key=lambda r: r.objective)
-
-    def gpu_hours(self, state: Optional[State] = None) -> float:
-        """GPU-hours of every run, or of the runs that ended ``state`` (completed, failed, cancelled, ...)."""
-        return sum(r.cost.gpu_hours for r in self.runs if r.cost and (state is None or r.state is state))
-
-    def cost_by_state(self) -> Dict[State, float]:
-        out: Dict[State, float] = {}
-        for r in self.runs:
-            if r.cost:
-                out[r.state] = out.get(r.state, 0.0) + r.cost.gpu_hours
-        return out
-
-    def to_pandas(self) -> Any:
-        """One row per run: index, name, a column per swept key and per metric, state, objective, restarts,
-        gpu_hours, cpu_hours, wall_s, estimated, step, run_dir."""
-        try:
-            import pandas as pd
-        except ImportError:
-            raise ImportError("Sweep.to_pandas() needs pandas: pip install 'hpctrain[pandas]' (or pandas)") from None
-        return pd.DataFrame([_row(r) for r in self.runs])
-
-    def curves(self, tag: str) -> Dict[str, Curve]:
-        """``{run name: [(step, value), ...]}`` of one scalar tag, read with TensorBoard's own reader."""
-        from hpctrain.review.plots import read_scalars
-
-        out = {}
-        for r in self.runs:
-            points = read_scalars(str(r.run_dir) if r.run_dir else None, [tag]).get(tag)
-            if points:
-                out[r.name] = points
-        return out
-
-    def refresh(self) -> "Sweep":
-        fresh = load(self.dir)
-        fresh.process = self.process
-        return fresh
-
-    def wait(self, poll_s: float = 5.0, timeout_s: Optional[float] = None) -> "Sweep":
-        """Block until no run is queued or running (and a local launch's process has ended); the final state."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        if self.process is not None:
-            self.process.wait(timeout=timeout_s)
-        sweep = self.refresh()
-        while any(r.state in ACTIVE for r in sweep.runs):
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"{self.dir}: runs still active after {timeout_s} s")
-            time.sleep(poll_s)
-            sweep = sweep.refresh()
-        return sweep
-
-
-def _row(r: Run) -> Dict[str, Any]:
-    row: Dict[str, Any] = {"index": r.index, "name": r.name, **r.params, "state": r.state.value,
-                           "objective": r.objective}
-    row.update({k: v for k, v in r.metrics.items() if k not in row})
-    c = r.cost
-    row.update(restarts=r.restarts, step=r.step, gpu_hours=c.gpu_hours if c else None,
-               cpu_hours=c.cpu_hours if c else None, wall_s=c.wall_s if c else None,
-               estimated=c.estimated if c else None, run_dir=str(r.run_dir) if r.run_dir else None)
-    return row
-
-
-def load(path: Optional[PathLike] = None) -> Sweep:
-    """The sweep in ``path`` (default: the newest under ./multirun). Raises only when there is no sweep there."""
-    from hpctrain.review.runs import collect
-    from hpctrain.review.sweep import load_sweep
-
-    sweep_dir = find_sweep_dir(str(path) if path is not None else None)
-    spec = load_sweep(sweep_dir)
-    snap = collect(spec)
-    problems = list(snap.warnings)
-    declared = snap.objective() or {}
-    metric = spec.objective_metric or declared.get("metric")
-    direction = Direction.parse(declared.get("mode") or "min")
-    cost_of, cost_problems = costs.for_rows(sweep_dir, spec.launcher, snap.runs)
-    problems += cost_problems
-    runs = []
-    for r in snap.runs:
-        value = r.metrics.get(metric) if metric else None
-        runs.append(Run(
-            index=r.idx, name=r.name, params={k: typed_value(v) for k, v in r.values.items()}, state=r.state,
-            objective=float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None,
-            metrics=dict(r.metrics), step=r.step, max_steps=r.max_steps, restarts=r.restarts,
-            cost=cost_of.get(r.idx), utilisation=dict(r.sys), run_dir=Path(r.run_dir) if r.run_dir else None,
-            job_id=r.job_id, error=r.error, note=r.note, log=r.log))
-    return Sweep(dir=sweep_dir, launcher=spec.launcher, runs=runs, swept=list(spec.swept), objective_metric=metric,
-                 direction=direction, problems=problems)
+__all__ = ["Curve", "Run", "Sweep", "SweepError", "compare", "launch", "load", "read"]
 
 
 def compare(paths: Sequence[PathLike]) -> Any:

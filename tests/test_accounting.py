@@ -142,3 +142,47 @@ def test_a_run_whose_node_fails_is_failed_by_sacct(tmp_path):
             subprocess.run(["scontrol", "update", "nodename=n2", "state=resume"], capture_output=True)
             wait_for(lambda: "n2" not in subprocess.run(["sinfo", "-h", "-t", "down,drain,drng", "-N", "-o", "%N"],
                                                          capture_output=True, text=True).stdout, 60, "n2 back")
+
+
+def test_a_requeue_is_in_the_cost_with_what_it_redid(tmp_path):
+    """USR2 to a running one-GPU run (accounted as the test cluster accounts GPUs): the requeue's event
+    holds the step it stopped at and its checkpoint's step, the resumed attempt starts from that step, and
+    report, the API and the tab say the requeue redid nothing (the trainer checkpoints at the signal), with
+    both attempts' GPU-hours from sacct."""
+    import hpctrain
+    from hpctrain.core import events
+    from hpctrain.review.tensorboard_plugin.data import TailCache, payload
+    from slurm_helpers import record_kinds
+
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "max_steps=1500", "log_every=10", "eval_every=0", "ckpt_every=50", "model.hidden=64",
+                  "device=cpu", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=1",
+                  "hydra.launcher.tasks_per_node=1", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=60)
+    job = job_id(sweep)
+    try:
+        (run_dir,) = run_dirs(sweep)
+        wait_for(lambda: (metrics(run_dir).get("step") or 0) >= 120, 180, "the run to be under way")
+        subprocess.run(["scancel", "--signal=USR2", "--full", job], check=True)
+        wait_for(lambda: "requeued" in record_kinds(run_dir), 60, "the checkpoint on USR2")
+        wait_for(lambda: metrics(run_dir).get("status") == "completed", 300, "the run to complete")
+        (requeue,) = [e.data() for e in events.events(run_dir) if e.kind == "requeued"]
+        stopped = requeue["step"]
+        assert 120 <= stopped < 1500 and requeue["checkpoint_step"] == stopped
+        assert f"at step {stopped}" in (run_dir / "hpctrain.log").read_text()  # resumed from that checkpoint
+        wait_for(lambda: sacct_state(job) == "COMPLETED", 60, "sacct to record the end")
+        acct = subprocess.run(["sacct", "-n", "-P", "-X", "-D", "-j", job, "-o", "ElapsedRaw"],
+                              capture_output=True, text=True).stdout.split()
+        (run,) = hpctrain.load(sweep).runs
+        c = run.cost
+        assert not c.estimated and c.attempts == len(acct) == 2, (c, acct)
+        assert c.gpu_hours == pytest.approx(sum(int(s) for s in acct) / 3600) and c.gpu_hours > 0
+        assert (c.requeues, c.redone_steps, c.redone_gpu_hours, c.redone_unknown) == (1, 0, 0.0, 0)
+        line = "redone after 1 requeue: 0 GPU-hours (0 steps between the last checkpoint and the signal)"
+        report = subprocess.run([sys.executable, "-m", "hpctrain", "report", str(sweep)], cwd=tmp_path,
+                                env=hpctrain_env(), capture_output=True, text=True, timeout=120)
+        assert report.returncode == 0, report.stderr
+        assert line in report.stdout and f"- {line}" in (sweep / "report.md").read_text()
+        tab = payload(sweep, TailCache())
+        assert tab["cost"]["redone"] == line and tab["runs"][0]["redone_gpu_hours"] == 0
+    finally:
+        cancel(job)

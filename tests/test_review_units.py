@@ -261,7 +261,7 @@ def test_swept_keys_and_overrides():
 
 def _rec(idx, state, metrics, overrides=None, objective=None):
     return RunRow(idx=idx, name=str(idx), values={"lr": str(idx)}, overrides=overrides or [f"lr={idx}"],
-                     run_dir=None, job_id=None, state=state, metrics=metrics, objective=objective)
+                     run_dir=None, job_id=None, state=state, metrics=metrics, declared_objective=objective)
 
 
 def test_ranking_prefers_completed_runs_and_skips_nan():
@@ -342,3 +342,57 @@ def test_held_and_slurm_requeued_runs_show_slurm_reason(tmp_path, fake_squeue):
     assert "requeued by Slurm" in by_idx[1].note
     assert by_idx[3].restarts == 1
     assert snap.counts() == {"running": 1, "requeued": 1, "held": 2}
+
+
+def _retime(run_dir: Path, seconds: list) -> None:
+    """Set the record's event times (the file names' first part) to ``seconds`` after a fixed moment."""
+    record = run_dir / ".hpctrain" / "record"
+    names = sorted(os.listdir(record))
+    assert len(names) == len(seconds)
+    for name, s in zip(names, seconds):
+        os.rename(record / name, record / (f"{int(1.7e18 + s * 1e9):020d}" + name[20:]))
+
+
+def test_elapsed_counts_every_attempt_not_only_the_last(tmp_path, fake_squeue):
+    """A run resumed at its last step (a rerun of edited code, a retry after the final save) trains 0.3 s in
+    its last attempt, which metrics.json's elapsed_s is; the earlier attempt's 100 s by the record count too."""
+    fake_squeue([])
+    sweep = make_sweep(tmp_path / "s", {0: {
+        "metrics": {"step": 10, "max_steps": 10, "elapsed_s": 0.3, "metrics": {"train/loss": 0.1}},
+        "record": [SUBMITTED, started("100_0"), ("requeued", {}), started("100_0"), ("completed", {})]}})
+    _retime(sweep / "0_lr=0", [0, 1, 101, 200, 201])
+    (run,) = collect(load_sweep(sweep)).runs
+    assert run.state == "completed" and run.attempts == 2
+    assert run.elapsed_s == pytest.approx(100.3) and run.wall_s == pytest.approx(101)
+
+
+def test_a_requeue_records_its_steps_and_the_cost_says_what_was_redone(tmp_path, fake_squeue):
+    """The requeue's event holds the step the run stopped at (metrics.json's) and its checkpoint's step (as
+    the checkpointer noted it); the steps between are trained again and take their share of the GPU-hours."""
+    from hpctrain.review import cost
+
+    fake_squeue([])
+    sweep = make_sweep(tmp_path / "s", {0: {"metrics": {"step": 200, "max_steps": 200},
+                                            "record": [SUBMITTED, started("100_0")]}})
+    run_dir = sweep / "0_lr=0"
+    (run_dir / "metrics.json").write_text(json.dumps({"step": 150, "max_steps": 200}))
+    events.checkpoint_at(run_dir, 100)  # a checkpoint at 100, none since: 50 steps lost to the signal
+    events.requeued(run_dir)
+    assert [e.data() for e in events.events(run_dir) if e.kind == "requeued"][0]["checkpoint_step"] == 100
+    events.started(run_dir, job_id="100_0")
+    events.checkpoint_at(run_dir, 160)  # resumed, then checkpointed at the signal: nothing lost
+    (run_dir / "metrics.json").write_text(json.dumps({"step": 160, "max_steps": 200}))
+    events.requeued(run_dir)
+    events.started(run_dir, job_id="100_0")
+    events.requeued(run_dir, step=None)  # an app that does not say its step: not counted, said so
+    events.started(run_dir, job_id="100_0")
+    events.completed(run_dir)
+    (run_dir / "metrics.json").write_text(json.dumps({"step": 200, "max_steps": 200}))
+    (run,) = collect(load_sweep(sweep)).runs
+    assert run.requeue_steps == [(150, 100), (160, 160), (None, 160)]
+    run.cost = cost.with_redone(cost.Cost(2.5, 10.0, 9000, 4, False), run.requeue_steps, run.step)
+    assert run.cost.requeues == 3 and run.cost.redone_steps == 50 and run.cost.redone_unknown == 1
+    assert run.cost.redone_gpu_hours == pytest.approx(2.5 * 50 / 250)
+    assert cost.redone_line([run]) == ("redone after 3 requeues: 0.5 GPU-hours (50 steps between the last "
+                                       "checkpoint and the signal); 1 requeue(s) without the steps in their "
+                                       "record: not counted")

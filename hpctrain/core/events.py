@@ -49,7 +49,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from hpctrain.core.errors import deterministic
 from hpctrain.core.atomic import read_json, write_json_atomic
-from hpctrain.core.paths import RECORD_DIR, RunPaths
+from hpctrain.core.paths import METRICS, RECORD_DIR, RunPaths
 # the vocabulary lives in state.py; these names stay importable from here for call sites not moved yet
 from hpctrain.core.state import ACTIVE, FINAL, Event, EventKind, RunState, State, fold, placed  # noqa: F401
 
@@ -178,10 +178,23 @@ def retrying(run_dir: PathLike, attempt: int, of: int) -> Event:
 
 def requeued(run_dir: PathLike, rank: int = 0, **details: Any) -> Optional[Event]:
     """Checkpointed for a requeue; None, nothing written, when the record is final (completed, cancelled,
-    pruned): the caller then must not requeue the run."""
+    pruned): the caller then must not requeue the run. Records the step the run stopped at (metrics.json's)
+    and the step of the checkpoint it will resume from (:func:`checkpoint_at`), where known: the steps
+    between them are trained again."""
     if read(run_dir).final:
         return None
-    return _write(run_dir, EventKind.REQUEUED, rank, **details)
+    facts = {"step": (read_json(os.path.join(run_dir, METRICS)) or {}).get("step"),
+             "checkpoint_step": _checkpoint_at.get(os.path.abspath(run_dir))}
+    return _write(run_dir, EventKind.REQUEUED, rank, **{**facts, **details})
+
+
+_checkpoint_at: Dict[str, int] = {}  # run dir -> the step of the newest checkpoint this process saved or loaded
+
+
+def checkpoint_at(run_dir: PathLike, step: int) -> None:
+    """The run's newest complete checkpoint is at ``step`` (the checkpointer saved or resumed from it); a
+    requeue written later in this process records it."""
+    _checkpoint_at[os.path.abspath(run_dir)] = int(step)
 
 
 def completed(run_dir: PathLike, rank: int = 0, **details: Any) -> Event:

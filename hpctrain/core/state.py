@@ -130,7 +130,8 @@ class Event:
     key: Optional[str] = None  # the Slurm job and restart count it was written in (``123_4r1``)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", EventKind(self.kind))  # a kind given as its file-name text
+        if type(self.kind) is not EventKind:  # a kind given as its file-name text
+            object.__setattr__(self, "kind", EventKind(self.kind))
 
     def data(self) -> Dict[str, Any]:
         """The event's details; ``{}`` when the file is unreadable or not JSON (it still counts)."""

@@ -5,9 +5,9 @@ sweep), else estimated from the run's own record (first start to last event) and
 so. Runs packed into one task (``runs_per_task``) share its allocation evenly.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain.core.state import EventKind, RunState, State
 from hpctrain.slurm import query as slurm
@@ -21,6 +21,10 @@ class Cost:
     wall_s: float  # summed over attempts
     attempts: int
     estimated: bool  # True: from the run's record and its allocation, not from accounting
+    requeues: int = 0
+    redone_steps: int = 0  # trained again after a requeue: between the last checkpoint and the signal
+    redone_gpu_hours: float = 0.0  # their share of the GPU-hours (every step costs the same)
+    redone_unknown: int = 0  # requeues whose record lacks the step or the checkpoint's step
 
 
 @dataclass(frozen=True)
@@ -64,14 +68,22 @@ def from_accounting(attempts: Sequence[Usage], shared_by: int = 1) -> Cost:
 def record_wall(rs: RunState, now: float) -> "tuple[float, int]":
     """Seconds the run's attempts took by its own record (each start to the next event that ends it), and
     how many attempts started; an attempt still running counts up to ``now``."""
-    starts = [e for e in rs.events if e.kind is EventKind.STARTED and e.rank <= 0]
-    wall = 0.0
+    walls = attempt_walls(rs, now)
+    return sum(walls), len(walls)
+
+
+def attempt_walls(rs: RunState, now: float) -> List[float]:
+    """Each attempt's seconds by the record, in start order (every submission's)."""
     ordered = sorted(rs.events, key=lambda e: e.time_ns)
-    for start in starts:
-        later = [e.time_ns for e in ordered if e.time_ns > start.time_ns and e.kind is not EventKind.STARTED]
-        end_ns = later[0] if later else (now * 1e9 if rs.state in (State.RUNNING, None) else start.time_ns)
-        wall += max(0.0, (end_ns - start.time_ns) / 1e9)
-    return wall, len(starts)
+    walls = []
+    for i, start in enumerate(ordered):
+        if start.kind is not EventKind.STARTED or start.rank > 0:
+            continue
+        end_ns = next((e.time_ns for e in ordered[i + 1:] if e.kind is not EventKind.STARTED), None)
+        if end_ns is None:
+            end_ns = now * 1e9 if rs.state in (State.RUNNING, None) else start.time_ns
+        walls.append(max(0.0, (end_ns - start.time_ns) / 1e9))
+    return walls
 
 
 def from_record(wall_s: float, attempts: int, alloc: Allocation, shared_by: int = 1) -> Optional[Cost]:
@@ -113,9 +125,34 @@ def sweep_costs(sweep_dir: Path, launcher: str, runs: List[Dict[str, Any]]) -> "
         cost = (from_accounting(attempts, shared) if attempts
                 else from_record(float(r.get("wall_s") or 0.0), int(r.get("attempts") or 0), alloc, shared))
         if cost is not None:
-            out[int(r["idx"])] = cost
+            requeues = r.get("requeue_steps")
+            out[int(r["idx"])] = with_redone(cost, requeues, r.get("step")) if requeues else cost
     return out, problems
 
+
+
+def with_redone(cost: Cost, requeue_steps: Sequence[Tuple[Optional[int], Optional[int]]],
+                step: Optional[int]) -> Cost:
+    """``cost`` with what its requeues redid: per requeue, the steps from the checkpoint it resumed from to
+    the step it stopped at, and their share of the run's GPU-hours (``step`` steps trained, plus those twice)."""
+    known = [(s, c) for s, c in requeue_steps if s is not None and c is not None]
+    steps = sum(max(0, s - c) for s, c in known)
+    trained = (step or 0) + steps
+    return replace(cost, requeues=len(requeue_steps), redone_steps=steps, redone_unknown=len(requeue_steps) - len(known),
+                   redone_gpu_hours=cost.gpu_hours * steps / trained if trained else 0.0)
+
+
+def redone_line(runs: Sequence[Any]) -> Optional[str]:
+    """``redone after 3 requeues: 0.12 GPU-hours (40 steps between the last checkpoint and the signal)``;
+    None when no run was requeued."""
+    known = [r.cost for r in runs if r.cost is not None and r.cost.requeues]
+    if not known:
+        return None
+    n = sum(c.requeues for c in known)
+    unknown = sum(c.redone_unknown for c in known)
+    line = (f"redone after {n} requeue{'s' if n != 1 else ''}: {sum(c.redone_gpu_hours for c in known):.3g} GPU-hours "
+            f"({sum(c.redone_steps for c in known)} steps between the last checkpoint and the signal)")
+    return line + (f"; {unknown} requeue(s) without the steps in their record: not counted" if unknown else "")
 
 
 LOW_GPU_UTIL = 20.0  # % busy on average: below it a run is flagged (status, report)
@@ -124,23 +161,24 @@ LOW_GPU_UTIL = 20.0  # % busy on average: below it a run is flagged (status, rep
 def for_rows(sweep_dir: Path, launcher: str, rows: Sequence[Any]) -> "tuple[Dict[int, Cost], List[str]]":
     """Costs of review's rows (``runs.RunRow``), one sacct call for all of them."""
     return sweep_costs(sweep_dir, launcher, [
-        {"idx": r.idx, "job_id": r.job_id, "wall_s": r.wall_s, "attempts": r.attempts} for r in rows])
+        {"idx": r.idx, "job_id": r.job_id, "wall_s": r.wall_s, "attempts": r.attempts, "step": r.step,
+         "requeue_steps": getattr(r, "requeue_steps", [])} for r in rows])
 
 
-def total_line(rows: Sequence[Any], cost_of: Dict[int, Cost]) -> Optional[str]:
-    """``GPU-hours: 3.2 (completed 2.9, failed 0.2, cancelled 0.1), CPU-hours: 25.6; ~ estimated``."""
-    if not cost_of:
+def total_line(runs: Sequence[Any]) -> Optional[str]:
+    """``GPU-hours: 3.2 (completed 2.9, failed 0.2, cancelled 0.1), CPU-hours: 25.6; ~ estimated`` of runs
+    that carry their ``cost`` (``api.Run``)."""
+    known = [r for r in runs if r.cost is not None]
+    if not known:
         return None
     by_state: Dict[str, float] = {}
-    for r in rows:
-        c = cost_of.get(r.idx)
-        if c is not None:
-            by_state[r.state.value] = by_state.get(r.state.value, 0.0) + c.gpu_hours
-    gpu = sum(c.gpu_hours for c in cost_of.values())
-    cpu = sum(c.cpu_hours for c in cost_of.values())
+    for r in known:
+        by_state[r.state.value] = by_state.get(r.state.value, 0.0) + r.cost.gpu_hours
+    gpu = sum(r.cost.gpu_hours for r in known)
+    cpu = sum(r.cost.cpu_hours for r in known)
     parts = ", ".join(f"{s} {h:.3g}" for s, h in sorted(by_state.items(), key=lambda kv: -kv[1]) if h > 0)
-    estimated = " (estimated from the runs' records: no accounting)" if all(c.estimated for c in cost_of.values()) else (
-        "; ~ estimated" if any(c.estimated for c in cost_of.values()) else "")
+    estimated = " (estimated from the runs' records: no accounting)" if all(r.cost.estimated for r in known) else (
+        "; ~ estimated" if any(r.cost.estimated for r in known) else "")
     return f"GPU-hours: {gpu:.3g}" + (f" ({parts})" if parts else "") + f", CPU-hours: {cpu:.3g}{estimated}"
 
 

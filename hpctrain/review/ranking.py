@@ -18,6 +18,7 @@ from hpctrain.core.redact import redact_overrides, secret_hint
 from hpctrain.core.state import FAILURES, Direction, State
 from hpctrain.review import fmt
 from hpctrain.review.runs import RunRow
+from hpctrain.review.sweep import typed_value  # noqa: F401 - importable from here too
 
 _HIGHER_IS_BETTER = re.compile(r"acc|f1|auc|score|mfu|per_s|throughput|reward|bleu|precision|recall", re.I)
 
@@ -40,7 +41,7 @@ class Ranking:
 
 def objective(records: List[RunRow]) -> Optional[Dict[str, str]]:
     """The objective the runs declare in their metrics.json (``{"metric": ..., "mode": ...}``), if any."""
-    return next((r.objective for r in records if r.objective), None)
+    return next((r.declared_objective for r in records if r.declared_objective), None)
 
 
 def default_metric(records: List[RunRow], last_values: Dict[int, Dict[str, float]]) -> str:
@@ -124,16 +125,6 @@ def _launch_cwd(run_dir: Optional[str]) -> Optional[str]:
         return None
     except Exception:  # noqa: BLE001 - a yaml error: no cwd, the command alone
         return None
-
-
-def typed_value(value: str) -> Any:
-    """A swept value as the number it reads as (``"1e-3"`` -> 0.001), else the text."""
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
 
 
 def _error_tail(error: Optional[str], n: int = 8) -> str:

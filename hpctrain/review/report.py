@@ -31,7 +31,7 @@ from hpctrain.review.ranking import (
     write_csv,
     write_json,
 )
-from hpctrain.review.runs import collect
+from hpctrain.review import reader
 from hpctrain.review.status import counts_line
 from hpctrain.review.sweep import load_sweep
 
@@ -89,13 +89,19 @@ def _suffix(metric: str, mode: Direction, usual: str, usual_mode: Direction) -> 
     return "-by-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", metric) + f"-{Direction(mode).value}"
 
 
+def cost_section(sweep: reader.Sweep) -> List[str]:
+    """The report's cost lines: the total by state, then the runs whose GPUs idled."""
+    lines = [costs.total_line(sweep.runs), costs.redone_line(sweep.runs)]
+    return [line for line in lines if line] + costs.low_utilisation(sweep.runs)
+
+
 def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = None) -> int:
     from rich.text import Text
 
     con = fmt.console()
     wanted = Direction.parse(mode) if mode else None
-    snap = collect(load_sweep(sweep_dir))
-    records, swept = snap.runs, snap.sweep.swept
+    sweep = reader.read(load_sweep(sweep_dir))
+    records, swept = sweep.runs, sweep.swept
     declared_metric = (objective(records) or {}).get("metric")  # its curve is drawn below the losses
     tags = set(CURVE_TAGS) | ({metric} if metric else set()) | ({declared_metric} if declared_metric else set())
     curves = {r.idx: read_scalars(r.run_dir, tags) for r in records}
@@ -124,10 +130,9 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
               f"{', the objective' if is_objective else ''})",
               soft_wrap=True)
     _table(ranking, swept, con)
-    con.print(counts_line(snap), soft_wrap=True)
-    cost_of, cost_problems = costs.for_rows(sweep_dir, snap.sweep.launcher, records)
-    cost_lines = [line for line in [costs.total_line(records, cost_of)] if line] + costs.low_utilisation(records)
-    for line in cost_lines + [f"warning: {p}" for p in cost_problems]:
+    con.print(counts_line(sweep), soft_wrap=True)
+    cost_lines = cost_section(sweep)
+    for line in cost_lines + [f"warning: {p}" for p in sweep.problems]:
         con.print(line, soft_wrap=True, markup=False, highlight=False)
     if ranking.best:
         b = ranking.best
@@ -138,7 +143,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
         con.print(Text.assemble(("reproduce: ", "bold"), command or ""), soft_wrap=True)
         for line in code:
             con.print(Text.assemble(("code: ", "bold"), line), soft_wrap=True)
-    rungs = search_review.rung_table(snap.sweep.search or {}, [(r.idx, r.state, summaries.read(r.run_dir) or {})
+    rungs = search_review.rung_table((sweep.spec.search if sweep.spec is not None else None) or {}, [(r.idx, r.state, summaries.read(r.run_dir) or {})
                                                             for r in records if r.run_dir])
     if rungs:  # ASHA's rung table: trials per rung, promoted from it, the best there
         con.print("\n[bold]rungs[/] (bracket, rung, step: trials, promoted, best)", soft_wrap=True)
@@ -166,17 +171,17 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     try:
         suffix = _suffix(metric, ranking.mode, usual, usual_mode) if usual in have else ""  # no default report: the only one
         images = _plots(ranking, curves, swept, sweep_dir, suffix) + pbt_images
-        if snap.sweep.search is not None:  # each trial's objective and the best so far
+        if sweep.spec is not None and sweep.spec.search is not None:  # each trial's objective and the best so far
             points = [(x.record.idx, x.value, x.record.state) for x in ranking.runs if x.value is not None]
             if points:
                 images.append(search_review.history_plot(points, metric, ranking.mode,
                                                          sweep_dir / f"optimisation_history{suffix}.png"))
         names = [f"report{suffix}.md", f"results{suffix}.csv", f"results{suffix}.json"]
         write_csv(sweep_dir / names[1], result_rows(ranking, swept))
-        write_json(sweep_dir / names[2], ranking, sweep_dir, snap.counts(), command, images)
+        write_json(sweep_dir / names[2], ranking, sweep_dir, sweep.counts(), command, images)
         cost_md = "\n## Cost\n\n" + "\n".join(f"- {line}" for line in cost_lines) + "\n" if cost_lines else ""
         write_text_atomic(sweep_dir / names[0], markdown(
-            ranking, sweep_dir, swept, snap.counts(), command, images) + cost_md)
+            ranking, sweep_dir, swept, sweep.counts(), command, images) + cost_md)
     except OSError as exc:
         print(f"hpctrain report: error: cannot write the report into {sweep_dir}: {exc}", file=sys.stderr)
         return 1

@@ -12,31 +12,37 @@ A queue that cannot be asked is unknown: the record's word stands, with a warnin
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from hpctrain.core import events, summary
 from hpctrain.core.paths import RunPaths
-from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RESTING, RunState, State
+from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RESTING, EventKind, RunState, State
 from hpctrain.review import jobs
-from hpctrain.review.cost import record_wall
+from hpctrain.review.cost import attempt_walls
 from hpctrain.review import search as search_review
-from hpctrain.review.sweep import RunSpec, Sweep
+from hpctrain.review.sweep import RunSpec, Sweep, typed_value
 from hpctrain.slurm import parse as slurm_parse
 from hpctrain.slurm import query as slurm
+
+if TYPE_CHECKING:
+    from hpctrain.review.cost import Cost
 
 STATES = tuple(State)  # the order counts are shown in
 LAUNCHER_QUIET_S = 60.0  # a local sweep that wrote nothing for this long, with no run alive, has no launcher
 
 
 @dataclass
-class RunRow:
-    """One row of `status`: what review knows of a run now (its record checked against the queue)."""
+class Run:
+    """One run of a sweep as review knows it now: its record checked against the queue, its summary, its
+    cost (set by :func:`hpctrain.api.read`). The one row type of ``status``, ``report``, the tab and the
+    Python API (``hpctrain.api.Run`` is this class)."""
 
     idx: int
     name: str
-    values: Dict[str, str]  # swept values
+    values: Dict[str, str]  # swept values, as written in the overrides
     overrides: List[str]
-    run_dir: Optional[str]
+    run_dir: Optional[Path]
     job_id: Optional[str]
     state: State
     note: str = ""  # why that state, when the queue or the job's files decided it
@@ -48,30 +54,55 @@ class RunRow:
     log: Optional[str] = None
     error: Optional[str] = None  # the traceback tail of a failed run
     metrics: Dict[str, Any] = field(default_factory=dict)
-    objective: Optional[Dict[str, str]] = None  # {"metric": NAME, "mode": "min"|"max"} as the run declares it
+    declared_objective: Optional[Dict[str, str]] = None  # {"metric": NAME, "mode": "min"|"max"} as the run declares it
+    objective: Optional[float] = None  # the value of the sweep's objective metric, where the run has it
     wall_s: float = 0.0  # the attempts' time by the run's own record (cost.record_wall)
     attempts: int = 0
     sys: Dict[str, float] = field(default_factory=dict)  # utilisation the job sampled (metrics.json "sys")
     stage: Optional[str] = None  # a search scheduler's trial: the rung (or PBT interval) it is at or runs to
+    cost: "Optional[Cost]" = None  # GPU-, CPU-hours and wall time over all attempts (hpctrain.api.read)
+    # each requeue's (step it stopped at, step of the checkpoint it resumed from), None where not recorded
+    requeue_steps: List[Tuple[Optional[int], Optional[int]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.state = State(self.state)  # a state given as its JSON text
 
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        """As ``status --json`` and results.json write a run: ``objective`` is the declared metric and mode."""
+        out = asdict(self)
+        out["objective"] = out.pop("declared_objective")
+        out["objective_value"] = self.objective
+        return out
+
+    @property
+    def index(self) -> int:
+        return self.idx
+
+    @property
+    def params(self) -> Dict[str, Any]:
+        """The swept values, as numbers where they are numbers."""
+        return {k: typed_value(v) for k, v in self.values.items()}
+
+    @property
+    def utilisation(self) -> Dict[str, float]:
+        return self.sys
+
+    @property
+    def gpu_hours(self) -> Optional[float]:
+        return self.cost.gpu_hours if self.cost else None
 
     @property
     def objective_value(self) -> Optional[float]:
-        if not self.objective:
-            return None
-        value = self.metrics.get(self.objective.get("metric"))
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return self.objective
+
+
+RunRow = Run  # the name review's modules and tests knew it by
 
 
 @dataclass
 class Snapshot:
     sweep: Sweep
-    runs: List[RunRow]
+    runs: List[Run]
     warnings: List[str]
     taken: float
 
@@ -81,12 +112,12 @@ class Snapshot:
             out[r.state] += 1
         return {s: n for s, n in out.items() if n}
 
-    def active(self) -> List[RunRow]:
+    def active(self) -> List[Run]:
         return [r for r in self.runs if r.state in ACTIVE]
 
     def objective(self) -> Optional[Dict[str, str]]:
         """The sweep's objective, as its runs declare it (the first run that has one)."""
-        return next((r.objective for r in self.runs if r.objective), None)
+        return next((r.declared_objective for r in self.runs if r.declared_objective), None)
 
 
 class _Judge:
@@ -196,12 +227,23 @@ def collect(sweep: Sweep, poller: "Optional[slurm.Poller[slurm_parse.QueueState]
     now = time.time()
     rows = []
     packed = packed_job_ids(sweep.runs)
+    logs = _names(sweep.submitit_folder)  # one listing, not two stats a run
     for spec in sweep.runs:
         found = (summary.read(spec.run_dir) if spec.run_dir else None) or {}
         rs = events.read(spec.run_dir)
         state, note = judge.state(spec, rs, found)
-        rows.append(_row(sweep, spec, found, rs, state, note, now, spec.job_id in packed))
-    return Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings, taken=now)
+        rows.append(_row(sweep, spec, found, rs, state, note, now, spec.job_id in packed, logs))
+    snap = Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings, taken=now)
+    declared = snap.objective() or {}
+    metric = sweep.objective_metric or declared.get("metric")
+    if metric:
+        for row in rows:
+            row.objective = _number(row.metrics.get(metric))
+    return snap
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def packed_job_ids(specs: Iterable[Any]) -> Set[str]:
@@ -215,9 +257,11 @@ def packed_job_ids(specs: Iterable[Any]) -> Set[str]:
 
 
 def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, state: State, note: str,
-         now: float, packed: bool = False) -> RunRow:
+         now: float, packed: bool = False, logs: Optional[Set[str]] = None) -> Run:
+    """``logs``: the names in the submitit folder, listed once for the sweep (None: stat each log)."""
     values = summary.get("metrics") or {}
     loss = values.get("train/loss")
+    walls = attempt_walls(rs, now)
     objective = summary.get("objective")
     if sweep.search is not None:  # a search trial: ranked by the study's objective, as its worker told it
         metric = sweep.objective_metric
@@ -225,17 +269,18 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
         told = search_review.objective(summary, metric)
         if told is not None and metric not in values:
             values = {**values, metric: told}
-    row = RunRow(
-        idx=spec.idx, name=spec.name, values=sweep.values(spec), overrides=spec.overrides,
-        run_dir=str(spec.run_dir) if spec.run_dir else None, job_id=spec.job_id or rs.job_id, state=state, note=note,
+    row = Run(
+        idx=spec.idx, name=spec.name, values=sweep.values(spec), overrides=spec.overrides, run_dir=spec.run_dir, job_id=spec.job_id or rs.job_id, state=state, note=note,
         step=summary.get("step"), max_steps=summary.get("max_steps") or spec.max_steps,
         loss=float(loss) if isinstance(loss, (int, float)) else None,
-        elapsed_s=_elapsed(summary, rs, state, now),
+        elapsed_s=_elapsed(summary, rs, state, now, walls),
         restarts=rs.restarts if rs.state is not None else int(summary.get("restarts") or 0),
         metrics=dict(values),
-        objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
+        declared_objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
     )
-    row.wall_s, row.attempts = record_wall(rs, now)
+    row.wall_s, row.attempts = sum(walls), len(walls)
+    requeues = [e for e in rs.events if e.kind is EventKind.REQUEUED]  # every submission's
+    row.requeue_steps = [_requeue_steps(e.data()) for e in requeues]  # their files: only these are opened
     for key in ("rung", "interval"):
         if isinstance(summary.get(key), int):
             row.stage = f"{key} {summary[key]}"
@@ -248,12 +293,14 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
     elif row.job_id:
         err = jobs.log_path(sweep.submitit_folder, row.job_id, "err")
         out = jobs.log_path(sweep.submitit_folder, row.job_id, "out")
-        err_size = _size(err)
-        if (state in FAILURES or state is State.CANCELLED) and err_size > 0:
+        def present(path: str) -> bool:
+            return os.path.basename(path) in logs if logs is not None else _size(path) >= 0
+
+        if (state in FAILURES or state is State.CANCELLED) and present(err) and _size(err) > 0:
             row.log = err
-        elif _size(out) >= 0:
+        elif present(out):
             row.log = out
-        elif err_size >= 0:
+        elif present(err):
             row.log = err
     if state in FAILURES:
         row.error = rs.error or summary.get("error") or (
@@ -262,18 +309,38 @@ def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, sta
     return row
 
 
-def _elapsed(summary: Dict[str, Any], rs: RunState, state: State, now: float) -> Optional[float]:
+def _elapsed(summary: Dict[str, Any], rs: RunState, state: State, now: float, walls: List[float]) -> Optional[float]:
+    """The run's time over all its attempts: this attempt's as the trainer counts it (metrics.json
+    ``started``/``elapsed_s``, rewritten each attempt), plus the earlier attempts' by the record (``walls``)."""
     started = summary.get("started")
+    last_start = rs.last_start.time_ns / 1e9 if rs.last_start is not None else None
+    earlier = sum(walls[:-1])
     if not isinstance(started, (int, float)):
-        started = rs.started_at
+        started = last_start if state is State.RUNNING else None
+    if state is not State.RUNNING and isinstance(summary.get("elapsed_s"), (int, float)):
+        return float(summary["elapsed_s"]) + earlier
+    if started is None:
+        started, earlier = rs.started_at, 0.0  # from the record's first start: every attempt is in it
     if started is None:
         return summary.get("elapsed_s")
     if state is State.RUNNING:
-        return max(0.0, now - started)
-    if isinstance(summary.get("elapsed_s"), (int, float)):
-        return float(summary["elapsed_s"])
+        return max(0.0, now - started) + earlier
     ended = rs.ended_at or summary.get("updated")
-    return max(0.0, ended - started) if isinstance(ended, (int, float)) else None
+    return max(0.0, ended - started) + earlier if isinstance(ended, (int, float)) else None
+
+
+def _requeue_steps(data: Dict[str, Any]) -> Tuple[Optional[int], Optional[int]]:
+    def step(value: Any) -> Optional[int]:
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return step(data.get("step")), step(data.get("checkpoint_step"))
+
+
+def _names(folder: Path) -> Optional[Set[str]]:
+    try:
+        return set(os.listdir(folder))
+    except OSError:
+        return None
 
 
 def _size(path: str) -> int:

@@ -5,44 +5,43 @@ Login-node code: rich and the run files only (no torch, no matplotlib, no Tensor
 
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, List
 
 from rich.markup import escape
 
+from hpctrain.review import reader
 from hpctrain.core.state import FAILURES, State
 from hpctrain.review import cost as costs
 from hpctrain.review import fmt
-from hpctrain.review.runs import STATES, Snapshot, collect
+from hpctrain.review.runs import STATES, collect
 from hpctrain.review.sweep import load_sweep
 from hpctrain.slurm import query as slurm
 
 MAX_NOTES = 20  # lines about failed or cancelled runs under the table
 
 
-def print_table(snap: Snapshot, con: Any, cost_of: Optional[Dict[int, costs.Cost]] = None) -> None:
+def print_table(sweep: reader.Sweep, con: Any) -> None:
     fancy = fmt.unicode_ok(con)
-    objective = snap.objective()
-    metric = str(objective["metric"]) if objective and objective.get("metric") != "train/loss" else None
+    metric = sweep.objective_metric if sweep.objective_metric != "train/loss" else None
+    search = sweep.spec is not None and sweep.spec.search is not None
     # an app that logs no train/loss (any Hydra app): its own returned metric, first of them, in that column
-    own = [] if any(r.loss is not None for r in snap.runs) else list(dict.fromkeys(k for r in snap.runs for k in r.metrics))
+    own = [] if any(r.loss is not None for r in sweep.runs) else list(dict.fromkeys(k for r in sweep.runs for k in r.metrics))
     shown = next((k for k in own if k != metric), None)
-    headers = ["trial" if snap.sweep.search is not None else "#", ", ".join(snap.sweep.swept) or "overrides", "state",
-               "progress", shown or "loss"]
-    headers += [f"{metric} ({objective.get('mode', 'min')})"] if metric else []
-    staged = any(r.stage for r in snap.runs)  # a search scheduler's trials: the rung each is at or runs to
+    headers = ["trial" if search else "#", ", ".join(sweep.swept) or "overrides", "state", "progress", shown or "loss"]
+    headers += [f"{metric} ({sweep.direction.value})"] if metric else []
+    staged = any(r.stage for r in sweep.runs)  # a search scheduler's trials: the rung each is at or runs to
     headers += ["elapsed", "restarts", "GPU-h", "log"]
     if staged:
         headers.insert(3, "unit")
     rows, styles = [], []
-    for r in snap.runs:
+    for r in sweep.runs:
         row = [str(r.idx), fmt.label(r.values, r.overrides), r.state, fmt.bar(r.step, r.max_steps, fancy=fancy),
                fmt.number(r.metrics.get(shown) if shown else r.loss)]
         if staged:
             row.insert(3, r.stage or "")
         row += [fmt.number(r.metrics.get(metric))] if metric else []
-        rows.append(row + [fmt.duration(r.elapsed_s), str(r.restarts), costs.shown((cost_of or {}).get(r.idx)),
+        rows.append(row + [fmt.duration(r.elapsed_s), str(r.restarts), costs.shown(r.cost),
                            fmt.short_path(r.log)])
         styles.append([None, None, fmt.STATE_STYLE.get(r.state)] + [None] * (len(headers) - 3))
     n = len(headers)
@@ -51,20 +50,22 @@ def print_table(snap: Snapshot, con: Any, cost_of: Optional[Dict[int, costs.Cost
               styles=styles)
 
 
-def counts_line(snap: Snapshot) -> str:
-    counts = snap.counts()
-    parts = [f"[{fmt.STATE_STYLE[s]}]{counts[s]} {s}[/]" for s in STATES if s in counts]
-    return f"{fmt.runs(len(snap.runs))}: " + ", ".join(parts)
+def counts_line(sweep: Any) -> str:
+    """``3 runs: 2 completed, 1 failed`` of a sweep's runs (an ``reader.Sweep``, or cancel's ``runs.Snapshot``)."""
+    counts = {s: 0 for s in STATES}
+    for r in sweep.runs:
+        counts[r.state] += 1
+    parts = [f"[{fmt.STATE_STYLE[s]}]{counts[s]} {s}[/]" for s in STATES if counts[s]]
+    return f"{fmt.runs(len(sweep.runs))}: " + ", ".join(parts)
 
 
-def render(snap: Snapshot, con: Any, cost_of: Optional[Dict[int, costs.Cost]] = None,
-           cost_problems: Sequence[str] = ()) -> None:
-    sweep = snap.sweep
+def render(sweep: reader.Sweep, con: Any) -> None:
+    manifest = sweep.spec is None or sweep.spec.has_manifest
     con.print(f"[bold]sweep[/] {escape(str(sweep.dir))}  ({sweep.launcher}, {fmt.runs(len(sweep.runs))}"
-              f"{', no manifest yet' if not sweep.has_manifest else ''})", soft_wrap=True)
-    print_table(snap, con, cost_of)
+              f"{', no manifest yet' if not manifest else ''})", soft_wrap=True)
+    print_table(sweep, con)
     notes = []
-    for r in snap.runs:
+    for r in sweep.runs:
         if r.state in FAILURES and r.error:
             notes.append(f"  [red]#{r.idx} {r.state}:[/] {escape(r.error.strip().splitlines()[-1])}")
         elif r.note and r.state not in (State.QUEUED, State.RUNNING, State.COMPLETED):
@@ -74,44 +75,41 @@ def render(snap: Snapshot, con: Any, cost_of: Optional[Dict[int, costs.Cost]] = 
     if len(notes) > MAX_NOTES:
         con.print(f"  [dim]... and {len(notes) - MAX_NOTES} more (errors of all failed runs: "
                   f"python -m hpctrain report)[/]", soft_wrap=True)
-    for line in costs.low_utilisation(snap.runs):
+    for line in costs.low_utilisation(sweep.runs):
         con.print(f"  [yellow]{escape(line)}[/]", soft_wrap=True)
-    for w in [*snap.warnings, *cost_problems]:
+    for w in sweep.problems:
         con.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
-    total = costs.total_line(snap.runs, cost_of or {})
+    total = costs.total_line(sweep.runs)
     if total:
         con.print(escape(total), soft_wrap=True)
-    con.print(counts_line(snap), soft_wrap=True)
+    con.print(counts_line(sweep), soft_wrap=True)
 
 
-def exit_code(snap: Snapshot) -> int:
-    return 1 if any(r.state in FAILURES for r in snap.runs) else 0
+def exit_code(sweep: reader.Sweep) -> int:
+    return 1 if any(r.state in FAILURES for r in sweep.runs) else 0
 
 
 def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json: bool = False) -> int:
     con = fmt.console()
     poller = None
     while True:
-        sweep = load_sweep(sweep_dir)
+        spec = load_sweep(sweep_dir)
         if watch and poller is None:  # rides out a busy slurmctld: a failed call is unknown, not gone
-            poller = slurm.Poller(lambda: slurm.squeue([r.job_id for r in sweep.runs]), "squeue")
-        snap = collect(sweep, poller)
-        cost_of, cost_problems = costs.for_rows(sweep.dir, sweep.launcher, snap.runs)
+            poller = slurm.Poller(lambda: slurm.squeue([r.job_id for r in spec.runs]), "squeue")
+        sweep = reader.read(spec, poller)
         if as_json:
-            runs = [{**r.to_dict(), "gpu_hours": c.gpu_hours if c else None, "cost": asdict(c) if c else None}
-                    for r, c in ((r, cost_of.get(r.idx)) for r in snap.runs)]
-            print(json.dumps({"sweep_dir": str(sweep_dir), "counts": snap.counts(),
-                              "warnings": snap.warnings + cost_problems, "runs": runs,
-                              "gpu_hours": sum(c.gpu_hours for c in cost_of.values())}, indent=1, default=str))
+            runs = [{**r.to_dict(), "gpu_hours": r.gpu_hours} for r in sweep.runs]
+            print(json.dumps({"sweep_dir": str(sweep_dir), "counts": sweep.counts(), "warnings": sweep.problems,
+                              "runs": runs, "gpu_hours": sweep.gpu_hours()}, indent=1, default=str))
         else:
             if watch and con.is_terminal:
                 con.clear()
             if watch:
                 con.print(f"[dim]{time.strftime('%H:%M:%S')}  refreshing every {interval_s:g}s until all runs "
                           f"have ended (Ctrl-C to stop)[/]")
-            render(snap, con, cost_of, cost_problems)
-        if not watch or not snap.active():
-            return exit_code(snap)
+            render(sweep, con)
+        if not watch or not sweep.active():
+            return exit_code(sweep)
         time.sleep(interval_s)
 
 

@@ -5,6 +5,7 @@ A sweep still in flight on the local launcher has no manifest yet; then the runs
 matched by their ``.hydra/overrides.yaml``.
 """
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ import yaml
 
 from hpctrain.core import events, manifest
 from hpctrain.core.paths import MULTIRUN_YAML, SWEEP_MANIFEST, RunPaths, SweepPaths
-from hpctrain.core.redact import is_secret_key, redact_overrides
+from hpctrain.core.redact import is_secret_key, redact_override
 from hpctrain.review import search as search_review
 
 
@@ -64,6 +65,17 @@ def parse_overrides(overrides: List[str]) -> Dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=65536)  # sweeps repeat their values: each distinct one cast once
+def typed_value(value: str) -> Any:
+    """A swept value as the number it reads as (``"1e-3"`` -> 0.001), else the text."""
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
 def swept_keys(runs: List[RunSpec]) -> List[str]:
     """Keys whose value is not the same in every run; with one run, all of its override keys."""
     parsed = [parse_overrides(r.overrides) for r in runs]
@@ -108,8 +120,9 @@ def load_sweep(sweep_dir: Path) -> Sweep:
         sweep = discover_sweep(sweep_dir)
     else:
         sweep = _from_manifest(sweep_dir, found)
+    redacted: Dict[str, str] = {}  # runs share most overrides: each distinct one redacted once
     for run in sweep.runs:  # matched to their run dirs already: from here on, only shown to people
-        run.overrides = redact_overrides(run.overrides)
+        run.overrides = [redacted.get(o) or redacted.setdefault(o, redact_override(o)) for o in map(str, run.overrides)]
     sweep.swept = [k for k in swept_keys(sweep.runs) if not is_secret_key(k)]  # no column of <redacted>
     return sweep
 

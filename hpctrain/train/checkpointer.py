@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hpctrain.core import events
 from hpctrain.core.errors import disk_full
 from hpctrain.train.distributed import DistInfo
 
@@ -46,6 +47,7 @@ class Checkpointer:
         self.path, self.every, self.info = Path(path), int(every or 0), info
         self.trainer, self.data, self.rng = trainer, data, RankRNG(info)
         self.saved_step: Optional[int] = None
+        self.run_dir = self.path.parent.parent  # <run_dir>/checkpoints/last.pt (core.paths.CKPT)
 
     def due(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
@@ -57,6 +59,7 @@ class Checkpointer:
         state = self.state_dict()  # a collective: every rank's RNG state
         if self.info.is_main:
             save_atomic(state, self.path)
+            events.checkpoint_at(self.run_dir, step)
         if self.info.enabled:
             dist.barrier()  # nobody moves on (or exits for a requeue) before the checkpoint exists
         self.saved_step = step
@@ -71,6 +74,8 @@ class Checkpointer:
             return None
         self.load_state_dict(state)
         log.info("resumed from %s at step %d", source, int(state["step"]))
+        if self.info.is_main:
+            events.checkpoint_at(self.run_dir, int(state["step"]))
         return int(state["step"])
 
     def state_dict(self) -> Dict[str, Any]:

@@ -5,14 +5,13 @@ said in ``problems``).
 
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from hpctrain.core import paths as runfiles
 from hpctrain.core.events import State
 from hpctrain.review import fmt, jobs
-from hpctrain.review.runs import collect
+from hpctrain.review import reader
 from hpctrain.review.sweep import SweepError, load_sweep
 
 ACTIVE_WAITING = (State.QUEUED.value, State.REQUEUED.value, State.RETRYING.value)
@@ -22,26 +21,16 @@ MAX_LOG_TAILS = 200  # failed runs whose log tail is sent; the rest keep their e
 MAX_QUEUE_ROWS = 500
 
 
-@dataclass
-class SweepRead:
-    """What one read of a sweep gave: its runs (review rows), settings, and what could not be read."""
-    sweep: Any = None
-    runs: List[Any] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
-    problems: List[str] = field(default_factory=list)
-
-
-def read_sweep(sweep_dir: Path) -> SweepRead:
-    """The one call into hpctrain's review layer (to be switched to ``hpctrain.load(dir).runs``)."""
+def read_sweep(sweep_dir: Path) -> Tuple[Optional[reader.Sweep], List[str]]:
+    """The sweep through the Python API (``hpctrain.reader.read``), or None and why it could not be read."""
     if not os.path.isdir(sweep_dir):
-        return SweepRead(problems=[f"{sweep_dir}: no such directory (expected a sweep dir)"])
+        return None, [f"{sweep_dir}: no such directory (expected a sweep dir)"]
     try:
-        snap = collect(load_sweep(sweep_dir))
+        return reader.read(load_sweep(sweep_dir)), []
     except SweepError as exc:
-        return SweepRead(problems=[str(exc)])
+        return None, [str(exc)]
     except OSError as exc:
-        return SweepRead(problems=[f"{sweep_dir}: cannot be read ({exc.strerror or exc})"])
-    return SweepRead(sweep=snap.sweep, runs=snap.runs, warnings=list(snap.warnings))
+        return None, [f"{sweep_dir}: cannot be read ({exc.strerror or exc})"]
 
 
 class TailCache:
@@ -72,36 +61,29 @@ def number(value: Any) -> Any:
     return value if math.isfinite(value) else str(value)
 
 
-def _optional(row: Any, name: str, metric: str) -> Any:
-    """A column another part of hpctrain may add to the row, else the run's metric of that name."""
-    value = getattr(row, name, None)
-    return number(value if value is not None else row.metrics.get(metric))
-
-
-def _torn_metrics(run_dir: Optional[str]) -> bool:
+def _torn_metrics(run_dir: Any) -> bool:
     path = os.path.join(run_dir, runfiles.METRICS) if run_dir else None
     return bool(path) and os.path.exists(path) and runfiles.read_json(path) is None
 
 
 def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
-    read = read_sweep(sweep_dir)
-    problems = list(read.problems)
-    sweep = read.sweep
+    sweep, problems = read_sweep(sweep_dir)
+    runs = sweep.runs if sweep is not None else []
+    local = sweep is not None and sweep.launcher == "local"
     rows, queue, failed = [], [], []
-    objective: Optional[Dict[str, str]] = None
-    for r in read.runs:
-        objective = objective or r.objective
+    for r in runs:
         row = {
             "idx": r.idx, "label": fmt.label(r.values, r.overrides), "state": r.state, "note": r.note,
-            "step": r.step, "max_steps": r.max_steps, "objective": number(r.objective_value),
+            "step": r.step, "max_steps": r.max_steps, "objective": number(r.objective),
             "restarts": r.restarts, "elapsed": fmt.duration(r.elapsed_s), "job_id": r.job_id,
-            "gpu_hours": _optional(r, "gpu_hours", "cost/gpu_hours"),
-            "gpu_util": _optional(r, "gpu_util", "sys/gpu_util"),
+            "gpu_hours": number(r.gpu_hours), "estimated": bool(r.cost and r.cost.estimated),
+            "redone_gpu_hours": number(r.cost.redone_gpu_hours) if r.cost and r.cost.requeues else None,
+            "gpu_util": number(r.sys.get("gpu_util_mean")),
         }
         rows.append(row)
         if r.state in ACTIVE_WAITING and len(queue) < MAX_QUEUE_ROWS:
             queue.append({"idx": r.idx, "label": row["label"], "state": r.state, "job_id": r.job_id,
-                          "reason": r.note or ("waiting for a free slot" if sweep.launcher == "local" else "")})
+                          "reason": r.note or ("waiting for a free slot" if local else "")})
         if r.state in FAILURES:
             failed.append({"idx": r.idx, "label": row["label"], "state": r.state, "error": r.error or r.note or "",
                            "log": r.log, "tail": tails.tail(r.log) if len(failed) < MAX_LOG_TAILS else []})
@@ -111,15 +93,29 @@ def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
     counts: Dict[str, int] = {}
     for row in rows:
         counts[row["state"]] = counts.get(row["state"], 0) + 1
+    objective = ({"metric": sweep.objective_metric, "mode": sweep.direction.value}
+                 if sweep is not None and sweep.objective_metric else None)
     out: Dict[str, Any] = {
         "sweep_dir": str(sweep_dir), "launcher": sweep.launcher if sweep else None,
         "swept": list(sweep.swept) if sweep else [], "objective": objective, "counts": counts,
         "runs": rows, "queue": queue, "queue_total": sum(1 for row in rows if row["state"] in ACTIVE_WAITING),
-        "failed": failed, "warnings": read.warnings, "problems": problems, "search": None,
+        "failed": failed, "warnings": list(sweep.problems) if sweep else [], "problems": problems, "search": None,
+        "cost": cost_summary(sweep) if sweep is not None else None,
     }
-    if sweep is not None and sweep.search is not None:
-        mode = "max" if sweep.search.get("direction") == "maximize" else "min"
+    search = sweep.spec.search if sweep is not None and sweep.spec is not None else None
+    if search is not None:
+        mode = "max" if search.get("direction") == "maximize" else "min"
         out["search"] = {"metric": sweep.objective_metric, "mode": mode,
                          "history": [[row["idx"], row["objective"], row["state"]] for row in rows
                                      if isinstance(row["objective"], (int, float))]}
     return out
+
+
+def cost_summary(sweep: reader.Sweep) -> Dict[str, Any]:
+    """The sweep's cost as the tab shows it: total GPU-hours, by state, and the report's line."""
+    from hpctrain.review import cost as costs
+
+    return {"gpu_hours": number(sweep.gpu_hours()),
+            "by_state": {s.value: number(h) for s, h in sweep.cost_by_state().items()},
+            "redone_gpu_hours": number(sweep.redone_gpu_hours()),
+            "line": costs.total_line(sweep.runs), "redone": costs.redone_line(sweep.runs)}

@@ -1,7 +1,15 @@
 """The ``hpctrain`` tab: a TensorBoard plugin with two routes, its page (``/index.js``, plain JavaScript
-shown in an iframe, no build step) and the sweep as JSON (``/data``), re-read on each call."""
+shown in an iframe, no build step) and the sweep as JSON (``/data``).
+
+``/data`` answers at once with the newest read of the sweep and, when that read is older than
+``FRESH_S``, starts the next one in a thread: a 10,000-run sweep takes about a second to read, which the
+page (polling every 2 s) never waits for, and nothing is read while nobody looks. A change on disk shows
+within one poll plus one read.
+"""
 
 import json
+import threading
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
@@ -14,6 +22,51 @@ from hpctrain.review.tensorboard_plugin.data import TailCache, payload
 
 PLUGIN_NAME = "hpctrain"
 SWEEP_FLAG = "hpctrain_sweep_dir"
+FRESH_S = 1.0  # a read younger than this is served as it is
+STALE_S = 30.0  # a read this old is not shown: the request waits for the next one
+FIRST_READ_S = 120.0  # the longest a request waits for a read
+
+
+class LatestRead:
+    """The newest JSON of a sweep; one read at a time, in a thread."""
+
+    def __init__(self, sweep_dir: Path) -> None:
+        self.sweep_dir = sweep_dir
+        self._tails = TailCache()
+        self._lock = threading.Lock()
+        self._body: Optional[str] = None
+        self._read_at = 0.0  # when the newest read began
+        self._reading: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        """A read now, unless one is under way."""
+        with self._lock:
+            if self._reading is None:
+                self._reading = threading.Thread(target=self._read, name="hpctrain-tab-read", daemon=True)
+                self._reading.start()
+
+    def _read(self) -> None:
+        began = time.monotonic()
+        try:
+            body = json.dumps(payload(self.sweep_dir, self._tails), default=str)
+        except Exception as exc:  # noqa: BLE001 - the page says what went wrong; the server stays up
+            body = json.dumps({"problems": [f"{self.sweep_dir}: could not be read: {exc!r}"], "runs": []})
+        with self._lock:
+            self._body, self._read_at, self._reading = body, began, None
+
+    def body(self) -> str:
+        """The newest read, at once while the page polls; the next read is started if this one is stale.
+        Before the first read, or when the newest is older than STALE_S (nobody looked for a while), the
+        next one is waited for."""
+        age = time.monotonic() - self._read_at
+        if age > FRESH_S:
+            self.start()
+        with self._lock:
+            reading = self._reading
+        if reading is not None and (self._body is None or age > STALE_S):
+            reading.join(FIRST_READ_S)
+        with self._lock:
+            return self._body or json.dumps({"problems": ["the sweep is still being read"], "runs": []})
 
 
 class HpctrainPlugin(base_plugin.TBPlugin):
@@ -23,7 +76,9 @@ class HpctrainPlugin(base_plugin.TBPlugin):
         if sweep_dir is None:
             sweep_dir = getattr(context.flags, SWEEP_FLAG, None) if context.flags else None
         self.sweep_dir = Path(sweep_dir) if sweep_dir else None
-        self._tails = TailCache()
+        self._latest = LatestRead(self.sweep_dir) if self.sweep_dir is not None else None
+        if self._latest is not None:
+            self._latest.start()  # read while TensorBoard starts: the first page finds it ready
 
     def get_plugin_apps(self) -> Dict[str, Callable[..., Any]]:
         return {"/index.js": self._serve_js, "/data": self._serve_data}
@@ -41,12 +96,11 @@ class HpctrainPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_data(self, request: wrappers.Request) -> wrappers.Response:
-        if self.sweep_dir is None:
+        if self._latest is None:
             body: Dict[str, Any] = {"problems": [f"no sweep: start TensorBoard with `hpctrain tensorboard SWEEP_DIR` "
                                                  f"(or --{SWEEP_FLAG})"], "runs": []}
-        else:
-            body = payload(self.sweep_dir, self._tails)
-        return http_util.Respond(request, json.dumps(body, default=str), "application/json")
+            return http_util.Respond(request, json.dumps(body), "application/json")
+        return http_util.Respond(request, self._latest.body(), "application/json")
 
 
 class HpctrainLoader(base_plugin.TBLoader):

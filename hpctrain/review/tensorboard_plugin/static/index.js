@@ -2,6 +2,9 @@
 // Plain JavaScript, no dependencies: TensorBoard loads this module in an iframe and calls render().
 
 const POLL_MS = 2000;
+const PAGE_ROWS = 500;  // rows drawn at a time: a 10,000-run sweep is 20 pages, not 10,000 rows redrawn every 2 s
+let page = 0;
+const MAX_FAILED_SHOWN = 100;  // failed runs drawn with their error; the count says how many more
 const STATE_COLOURS = {
   queued: "#b58900", running: "#268bd2", requeued: "#d33682", retrying: "#d33682", completed: "#2e7d32",
   pruned: "#3949ab", failed: "#c62828", timeout: "#e53935", cancelled: "#757575",
@@ -48,6 +51,7 @@ function header(data, stale) {
   const when = new Date().toLocaleTimeString();
   return `<div class="meta" id="sweep">sweep <b>${esc(data.sweep_dir)}</b> (${esc(data.launcher || "?")})${objective}</div>
     <div id="counts">${(data.runs || []).length} runs${counts ? ": " + counts : ""}</div>
+    ${data.cost && data.cost.line ? `<div id="cost">${esc(data.cost.line)}${data.cost.redone ? `<div id="redone">${esc(data.cost.redone)}</div>` : ""}</div>` : ""}
     <div class="meta ${stale ? "stale" : ""}" id="updated">${stale ? esc(stale) : "updated " + esc(when) + ", every 2 s"}</div>`;
 }
 
@@ -62,11 +66,19 @@ function runsTable(data) {
   const head = `<tr><th>${search ? "trial" : "#"}</th><th>${esc((data.swept || []).join(", ") || "overrides")}</th>
     <th>state</th><th>progress</th><th>${objectiveName}</th><th>restarts</th><th>elapsed</th><th>GPU-h</th>
     <th>GPU util</th><th>note</th></tr>`;
-  const rows = (data.runs || []).map((r) => `<tr data-idx="${r.idx}" data-state="${esc(r.state)}">
+  const all = data.runs || [];
+  const pages = Math.max(1, Math.ceil(all.length / PAGE_ROWS));
+  page = Math.min(page, pages - 1);
+  const first = page * PAGE_ROWS;
+  const shown = all.slice(first, first + PAGE_ROWS);
+  const pager = pages > 1 ? `<div id="pager" class="meta">rows ${first + 1}-${first + shown.length} of ${all.length}
+    <button data-page="${page - 1}" ${page === 0 ? "disabled" : ""}>&lsaquo; previous</button>
+    <button data-page="${page + 1}" ${page === pages - 1 ? "disabled" : ""}>next &rsaquo;</button></div>` : "";
+  const rows = shown.map((r) => `<tr data-idx="${r.idx}" data-state="${esc(r.state)}">
     <td class="n">${r.idx}</td><td>${esc(r.label)}</td><td>${stateCell(r.state)}</td><td class="n">${esc(progress(r))}</td>
     <td class="n">${num(r.objective)}</td><td class="n">${r.restarts}</td><td class="n">${esc(r.elapsed)}</td>
-    <td class="n">${num(r.gpu_hours)}</td><td class="n">${num(r.gpu_util)}</td><td>${esc(r.note)}</td></tr>`);
-  return `<h2>Runs</h2><table id="runs">${head}${rows.join("")}</table>`;
+    <td class="n">${r.estimated && r.gpu_hours !== null ? "~" : ""}${num(r.gpu_hours)}</td><td class="n">${num(r.gpu_util)}</td><td>${esc(r.note)}</td></tr>`);
+  return `<h2>Runs</h2>${pager}<table id="runs" data-total="${all.length}" data-page="${page}">${head}${rows.join("")}</table>`;
 }
 
 function queueTable(data) {
@@ -82,11 +94,13 @@ function queueTable(data) {
 function failures(data) {
   const failed = data.failed || [];
   if (!failed.length) return "";
-  const items = failed.map((f) => `<div class="failed" data-idx="${f.idx}"><b>#${f.idx} ${esc(f.label)}</b>
+  const more = failed.length > MAX_FAILED_SHOWN
+    ? `<div class="meta">... and ${failed.length - MAX_FAILED_SHOWN} more failed runs (report.md lists every error)</div>` : "";
+  const items = failed.slice(0, MAX_FAILED_SHOWN).map((f) => `<div class="failed" data-idx="${f.idx}"><b>#${f.idx} ${esc(f.label)}</b>
     ${stateCell(f.state)} <span class="errline">${esc(lastLine(f.error))}</span><pre class="error">${esc(f.error || "(no error recorded)")}</pre>
     ${f.tail && f.tail.length ? `<details><summary>log tail: ${esc(f.log)}</summary><pre class="tail">${esc(f.tail.join("\n"))}</pre></details>` : ""}
     </div>`);
-  return `<h2>Failed runs (${failed.length})</h2><div id="failed">${items.join("")}</div>`;
+  return `<h2>Failed runs (${failed.length})</h2><div id="failed">${items.join("")}</div>${more}`;
 }
 
 function lastLine(text) {
@@ -130,6 +144,12 @@ export async function render() {
   root.textContent = "reading the sweep...";
   document.body.appendChild(root);
   let last = null;
+  root.addEventListener("click", (event) => {
+    const target = event.target.closest("button[data-page]");
+    if (!target || !last) return;
+    page = Number(target.dataset.page);
+    draw(last);
+  });
   const draw = (data, stale) => {
     const parts = [header(data, stale), lines("problems", "problems", data.problems), lines("warnings", "warnings", data.warnings)];
     if (data.runs && data.runs.length) {

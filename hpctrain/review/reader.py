@@ -1,0 +1,137 @@
+"""The one reader of a sweep: its runs (``runs.Run``: record checked against the queue, summary, cost), as
+``status``, ``report``, the ``hpctrain`` tab and the Python API (:mod:`hpctrain.api`, which re-exports
+:class:`Sweep`, :func:`load` and :func:`read`) see them.
+
+Login side: no torch. Reads through the review layer's single readers (the manifest, the run record,
+metrics.json, the queue, accounting); whatever cannot be read is said in ``Sweep.problems``, never raised.
+"""
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from hpctrain.core.state import ACTIVE, Direction, State
+from hpctrain.review import cost as costs
+from hpctrain.review.runs import STATES, Run, collect
+from hpctrain.review.sweep import Sweep as SweepSpec
+from hpctrain.review.sweep import find_sweep_dir, load_sweep
+
+PathLike = Union[str, Path]
+Curve = List[Tuple[int, float]]
+
+
+@dataclass
+class Sweep:
+    dir: Path
+    launcher: str
+    runs: List[Run]
+    swept: List[str]
+    objective_metric: Optional[str]
+    direction: Direction
+    problems: List[str] = field(default_factory=list)  # what could not be read, one line each
+    process: Optional[subprocess.Popen] = field(default=None, repr=False)  # hpctrain.launch(..., local)
+    spec: Optional[SweepSpec] = field(default=None, repr=False)  # which runs, from the manifest (review.sweep)
+    taken: float = 0.0  # when the runs were read
+
+    def counts(self) -> Dict[State, int]:
+        out = {s: 0 for s in STATES}
+        for r in self.runs:
+            out[r.state] += 1
+        return {s: n for s, n in out.items() if n}
+
+    def active(self) -> List[Run]:
+        return [r for r in self.runs if r.state in ACTIVE]
+
+    def best(self) -> Optional[Run]:
+        scored = [r for r in self.runs if r.objective is not None]
+        if not scored:
+            return None
+        pick = min if self.direction is Direction.MIN else max
+        return pick(scored, key=lambda r: r.objective)
+
+    def gpu_hours(self, state: Optional[State] = None) -> float:
+        """GPU-hours of every run, or of the runs that ended ``state`` (completed, failed, cancelled, ...)."""
+        return sum(r.cost.gpu_hours for r in self.runs if r.cost and (state is None or r.state is state))
+
+    def redone_gpu_hours(self) -> float:
+        """GPU-hours trained again after requeues (the steps between each one's last checkpoint and signal)."""
+        return sum(r.cost.redone_gpu_hours for r in self.runs if r.cost)
+
+    def cost_by_state(self) -> Dict[State, float]:
+        out: Dict[State, float] = {}
+        for r in self.runs:
+            if r.cost:
+                out[r.state] = out.get(r.state, 0.0) + r.cost.gpu_hours
+        return out
+
+    def to_pandas(self) -> Any:
+        """One row per run: index, name, a column per swept key and per metric, state, objective, restarts,
+        gpu_hours, cpu_hours, wall_s, estimated, requeues, redone_steps, redone_gpu_hours, step, run_dir."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Sweep.to_pandas() needs pandas: pip install 'hpctrain[pandas]' (or pandas)") from None
+        return pd.DataFrame([_row(r) for r in self.runs])
+
+    def curves(self, tag: str) -> Dict[str, Curve]:
+        """``{run name: [(step, value), ...]}`` of one scalar tag, read with TensorBoard's own reader."""
+        from hpctrain.review.plots import read_scalars
+
+        out = {}
+        for r in self.runs:
+            points = read_scalars(str(r.run_dir) if r.run_dir else None, [tag]).get(tag)
+            if points:
+                out[r.name] = points
+        return out
+
+    def refresh(self) -> "Sweep":
+        fresh = load(self.dir)
+        fresh.process = self.process
+        return fresh
+
+    def wait(self, poll_s: float = 5.0, timeout_s: Optional[float] = None) -> "Sweep":
+        """Block until no run is queued or running (and a local launch's process has ended); the final state."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        if self.process is not None:
+            self.process.wait(timeout=timeout_s)
+        sweep = self.refresh()
+        while any(r.state in ACTIVE for r in sweep.runs):
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"{self.dir}: runs still active after {timeout_s} s")
+            time.sleep(poll_s)
+            sweep = sweep.refresh()
+        return sweep
+
+
+def _row(r: Run) -> Dict[str, Any]:
+    row: Dict[str, Any] = {"index": r.idx, "name": r.name, **r.params, "state": r.state.value,
+                           "objective": r.objective}
+    row.update({k: v for k, v in r.metrics.items() if k not in row})
+    c = r.cost
+    row.update(restarts=r.restarts, step=r.step, gpu_hours=c.gpu_hours if c else None,
+               cpu_hours=c.cpu_hours if c else None, wall_s=c.wall_s if c else None,
+               estimated=c.estimated if c else None, requeues=c.requeues if c else None,
+               redone_steps=c.redone_steps if c else None, redone_gpu_hours=c.redone_gpu_hours if c else None,
+               run_dir=str(r.run_dir) if r.run_dir else None)
+    return row
+
+
+def load(path: Optional[PathLike] = None) -> Sweep:
+    """The sweep in ``path`` (default: the newest under ./multirun). Raises only when there is no sweep there."""
+    return read(load_sweep(find_sweep_dir(str(path) if path is not None else None)))
+
+
+def read(spec: SweepSpec, poller: Any = None) -> Sweep:
+    """The runs of a sweep whose manifest is read (``review.sweep.load_sweep``): the one reader of a sweep's
+    runs for the API, ``status``, ``report`` and the tab. ``poller``: ``status --watch``'s squeue poller."""
+    snap = collect(spec, poller)
+    declared = snap.objective() or {}
+    cost_of, cost_problems = costs.for_rows(spec.dir, spec.launcher, snap.runs)
+    for r in snap.runs:
+        r.cost = cost_of.get(r.idx)
+    return Sweep(dir=spec.dir, launcher=spec.launcher, runs=snap.runs, swept=list(spec.swept),
+                 objective_metric=spec.objective_metric or declared.get("metric"),
+                 direction=Direction.parse(declared.get("mode") or "min"),
+                 problems=[*snap.warnings, *cost_problems], spec=spec, taken=snap.taken)
