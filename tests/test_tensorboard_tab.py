@@ -186,6 +186,29 @@ def test_hparams_still_lists_the_swept_keys_first(browser, board, tmp_path):
         context.close()
 
 
+def test_the_time_series_tab_shows_the_objective_and_the_losses_first(browser, board, tmp_path):
+    from urllib.parse import parse_qs, urlparse
+
+    pinned = json.loads(parse_qs(urlparse(board.url).query)["pinnedCards"][0])
+    assert [c["tag"] for c in pinned] == ["val/loss", "train/loss"]  # the objective (val/loss here), the losses
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    try:
+        pg.goto(board.url + "#timeseries")
+        pg.wait_for_selector("text=Pinned", timeout=60_000)
+        # a card's title is drawn as "val" and "/loss" on two lines
+        pg.wait_for_function("() => document.body.innerText.replace(/\\n/g, '').includes('train/loss')",
+                             timeout=60_000)
+        text = pg.inner_text("body").replace("\n", "")
+        first = {tag: text.find(tag) for tag in ("val/loss", "train/loss", "perf/", "sys/")}
+        assert -1 < first["val/loss"] < first["train/loss"], first
+        assert all(first["train/loss"] < at for tag, at in first.items() if tag in ("perf/", "sys/") and at >= 0), first
+    finally:
+        pg.screenshot(path=str(tmp_path / "timeseries.png"))
+        (tmp_path / "timeseries.txt").write_text(pg.inner_text("body"))
+        context.close()
+
+
 def test_no_token_keeps_the_old_behaviour_with_a_warning(sweep):
     b = Board(sweep, "--no-token")
     try:

@@ -10,6 +10,7 @@ is printed only in the URL.
 """
 
 import getpass
+import json
 import re
 import secrets
 import shutil
@@ -21,7 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
+from urllib.parse import quote
 
+from hpctrain.core import summary
 from hpctrain.core.paths import RunPaths
 from hpctrain.review import fmt
 from hpctrain.review.sweep import Sweep, load_sweep
@@ -107,6 +110,25 @@ NO_TOKEN_WARNING = ("hpctrain tensorboard: warning: --no-token: anyone who can r
                     "node: every user logged in there) can read this sweep's runs, logs and configs")
 
 
+def objective_tag(sweep: Sweep) -> Optional[str]:
+    """The metric the sweep is ranked by: a search's, else the first run's declared objective."""
+    if sweep.objective_metric and sweep.objective_metric != "value":
+        return sweep.objective_metric
+    for run in sweep.runs[:20]:  # a few runs: the objective is the same in every run of a sweep
+        declared = (summary.read(run.run_dir) or {}).get("objective") if run.run_dir else None
+        if isinstance(declared, dict) and isinstance(declared.get("metric"), str):
+            return declared["metric"]
+    return None
+
+
+def pinned_cards(sweep: Sweep) -> str:
+    """``&pinnedCards=...`` for the URL: the Time Series tab shows the objective and the losses first (it
+    sorts its own groups by name, so ``perf/`` and ``sys/`` would come before ``train/`` and ``val/``)."""
+    tags = list(dict.fromkeys(t for t in (objective_tag(sweep), "train/loss", "val/loss") if t))
+    cards = json.dumps([{"plugin": "scalars", "tag": t} for t in tags], separators=(",", ":"))
+    return "pinnedCards=" + quote(cards, safe="")
+
+
 def server_command(links: Path, sweep_dir: Path, host: str, port: int, token: bool) -> List[str]:
     # --load_fast=false: TensorBoard's data server would listen on a second, ungated local port
     return [sys.executable, "-m", "hpctrain.review.tensorboard_server", *(["--token-stdin"] if token else []),
@@ -151,7 +173,7 @@ def run(sweep_dir: Path, port: Optional[int] = None, host: str = "127.0.0.1", to
         shown = login_host() if host in ("0.0.0.0", "") else host
         print(f"\nTensorBoard on {sweep_dir}: {len(run_names(sweep))} runs, named by "
               f"{', '.join(sweep.swept) or 'their overrides'}")
-        query = f"?token={secret}" if secret else ""
+        query = f"?token={secret}&{pinned_cards(sweep)}" if secret else f"?{pinned_cards(sweep)}"
         print(f"  URL:        http://{shown}:{port}/{query}")
         target = "127.0.0.1" if host in ("0.0.0.0", "", "localhost", "127.0.0.1") else host
         print(f"  ssh tunnel: ssh -N -L {port}:{target}:{port} {getpass.getuser()}@{login_host()}"
