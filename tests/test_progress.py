@@ -17,7 +17,10 @@ from hpctrain.core.run import RunSpec
 from hpctrain.submit.progress import Progress
 
 REDRAW = re.compile(r"\x1b\[(\d+)F\x1b\[J")
-SWEEP = ["-m", "lr=1e-3,1e-2", "max_steps=200", "seed=3", "hydra/launcher=local"]
+# long enough that a run trains across several of the display's reads (1 s) on a loaded machine too: a
+# 200-step run trained between two reads there, and the display only ever saw it starting
+STEPS = 2000
+SWEEP = ["-m", "lr=1e-3,1e-2", f"max_steps={STEPS}", "seed=3", "hydra/launcher=local"]
 
 
 def screen(raw: str) -> list:
@@ -54,8 +57,8 @@ def test_a_local_sweep_on_a_terminal_redraws_its_progress_in_place(tmp_path):
     assert len(redraws) >= 3, raw  # the block was drawn, then redrawn in place more than once
     # while a run trained, the block showed the counts and its step out of its budget
     assert re.search(r"hpctrain: 0/2 done, 1 running, 0 failed", raw), raw
-    steps = [int(s) for s in re.findall(r"  #\d lr=0\.0\d+  step (\d+)/200 ", raw)]
-    assert steps and all(0 <= s <= 200 for s in steps), raw
+    steps = [int(s) for s in re.findall(rf"  #\d lr=0\.0\d+  step (\d+)/{STEPS} ", raw)]
+    assert steps and all(0 <= s <= STEPS for s in steps), raw
     assert re.search(r"hpctrain: 1/2 done, 1 running, 0 failed, ETA \d[\dmhs]*", raw), raw
     shown = [line for line in screen(raw) if line.strip()]
     # at the end the block is gone: ended runs stay as one line each, then the closing summary
