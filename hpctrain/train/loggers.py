@@ -4,6 +4,8 @@ Non-zero ranks get a no-op logger, so the training loop never branches on the ra
 """
 
 import contextlib
+import logging
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -15,12 +17,35 @@ from hpctrain.core import paths as runfiles
 from hpctrain.core import summary
 from hpctrain.train.peaks import peak_flops_for
 
+log = logging.getLogger(__name__)
+EVENT_TIME = re.compile(r"^events\.out\.tfevents\.(\d+)\.")
+MAX_ORDER_WAIT_S = 3.0  # waiting longer than this means the clocks disagree: said, not waited for
+
 
 def peak_flops(device: torch.device, precision: str = "bf16") -> Optional[float]:
     """This GPU's dense peak for ``precision`` (hpctrain.train.peaks); None on CPU or an unknown GPU."""
     if device.type != "cuda":
         return None
     return peak_flops_for(torch.cuda.get_device_name(device), precision)
+
+
+def after_older_event_files(tb_dir: Path, clock: Callable[[], float] = time.time,
+                            sleep: Callable[[float], None] = time.sleep) -> None:
+    """Wait until this writer's file sorts after the run's older ones. TensorBoard reads a run's files in
+    name order (the second they were opened, then host and pid); a resumed writer's purge marker read
+    before the older file it supersedes drops the newer steps (units of a search start a second apart)."""
+    try:
+        newest = max((int(m.group(1)) for p in tb_dir.iterdir() if (m := EVENT_TIME.match(p.name))), default=None)
+    except OSError:
+        return  # no tb dir yet: nothing to sort after
+    if newest is None or clock() >= newest + 1:
+        return
+    wait = newest + 1 - clock()
+    if wait > MAX_ORDER_WAIT_S:
+        log.warning("this host's clock is %.0f s behind the host that wrote %s last: TensorBoard may show "
+                    "this run's resumed curve out of order", wait, tb_dir)
+        return
+    sleep(wait)
 
 
 class NullLogger:
@@ -46,6 +71,8 @@ class RunLogger(NullLogger):
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = Path(run_dir)
+        if start_step:
+            after_older_event_files(self.run_dir / runfiles.TB_DIR)
         # purge_step: after a requeue, events past the checkpoint are dropped (no doubled stretch of curve);
         # those at its own step were written before it was saved (a paused trial's rung eval): they stay
         self.writer = SummaryWriter(str(self.run_dir / runfiles.TB_DIR), purge_step=start_step + 1 if start_step else None)
