@@ -216,7 +216,8 @@ def held(q_state: str, reason: str) -> bool:
 
 
 def collect(sweep: Sweep, poller: "Optional[slurm.Poller[slurm_parse.QueueState]]" = None) -> Snapshot:
-    """Every run's row, in run order. The queue is asked first (once for the whole sweep); with a
+    """Every run's row, in run order. The queue is asked first (once for the whole sweep: files read after
+    its answer are at least as new, so a run that ends meanwhile is never taken for lost); with a
     ``poller`` (``status --watch``), a failed call keeps the last answer for a few calls in a row."""
     queue = None
     if sweep.launcher == "slurm":
