@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from hpctrain.core.state import ACTIVE, Direction, State
 from hpctrain.review import cost as costs
-from hpctrain.review.runs import STATES, Run, collect
+from hpctrain.review.runs import Run, collect, state_counts
 from hpctrain.review.sweep import Sweep as SweepSpec
 from hpctrain.review.sweep import find_sweep_dir, load_sweep
 
@@ -36,10 +36,7 @@ class Sweep:
     taken: float = 0.0  # when the runs were read
 
     def counts(self) -> Dict[State, int]:
-        out = {s: 0 for s in STATES}
-        for r in self.runs:
-            out[r.state] += 1
-        return {s: n for s, n in out.items() if n}
+        return state_counts(self.runs)
 
     def active(self) -> List[Run]:
         return [r for r in self.runs if r.state in ACTIVE]

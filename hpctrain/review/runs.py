@@ -99,6 +99,14 @@ class Run:
 RunRow = Run  # the name review's modules and tests knew it by
 
 
+def state_counts(runs: Iterable[Any]) -> Dict[State, int]:
+    """How many runs are in each state, in STATES order, states with none left out."""
+    out = {s: 0 for s in STATES}
+    for r in runs:
+        out[r.state] += 1
+    return {s: n for s, n in out.items() if n}
+
+
 @dataclass
 class Snapshot:
     sweep: Sweep
@@ -107,10 +115,7 @@ class Snapshot:
     taken: float
 
     def counts(self) -> Dict[State, int]:
-        out = {s: 0 for s in STATES}
-        for r in self.runs:
-            out[r.state] += 1
-        return {s: n for s, n in out.items() if n}
+        return state_counts(self.runs)
 
     def active(self) -> List[Run]:
         return [r for r in self.runs if r.state in ACTIVE]

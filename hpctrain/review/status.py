@@ -14,7 +14,7 @@ from hpctrain.review import reader
 from hpctrain.core.state import FAILURES, State
 from hpctrain.review import cost as costs
 from hpctrain.review import fmt
-from hpctrain.review.runs import STATES, collect
+from hpctrain.review.runs import collect, state_counts
 from hpctrain.review.sweep import load_sweep
 from hpctrain.slurm import query as slurm
 
@@ -52,10 +52,7 @@ def print_table(sweep: reader.Sweep, con: Any) -> None:
 
 def counts_line(sweep: Any) -> str:
     """``3 runs: 2 completed, 1 failed`` of a sweep's runs (an ``reader.Sweep``, or cancel's ``runs.Snapshot``)."""
-    counts = {s: 0 for s in STATES}
-    for r in sweep.runs:
-        counts[r.state] += 1
-    parts = [f"[{fmt.STATE_STYLE[s]}]{counts[s]} {s}[/]" for s in STATES if counts[s]]
+    parts = [f"[{fmt.STATE_STYLE[s]}]{n} {s}[/]" for s, n in state_counts(sweep.runs).items()]
     return f"{fmt.runs(len(sweep.runs))}: " + ", ".join(parts)
 
 
