@@ -176,3 +176,24 @@ def test_an_ending_cut_short_between_its_claim_and_the_tell_is_finished_by_the_n
     assert other.next_trial(study) is Next.DONE
     assert other.ended == [(0, 10, dict(study.get_trials()[0].params))]  # its record written by this worker
     assert studies.open_study(tmp_path, s).get_trials()[0].state.name == "PRUNED"
+
+
+def test_studies_of_neighbouring_seeds_share_no_workers_sampler_stream():
+    """With ``seed + worker`` the studies of seeds 0 and 1 (4 workers) drew 3 of 4 workers' values alike: their
+    results were not independent. Worker 0 keeps the study's seed (a one-worker study samples as before)."""
+    import optuna
+
+    space, _ = parse(["lr=tag(log,interval(1e-4,1))"])
+
+    def first_values(seed: int) -> List[float]:
+        out = []
+        for w in range(4):
+            s = studies.Settings(space, n_trials=4, n_workers=4, sampler="random", seed=seed)
+            study = optuna.create_study(sampler=studies.build_sampler(s, w))
+            out.append(study.ask().suggest_float("lr", 1e-4, 1, log=True))
+        return out
+
+    a, b = first_values(0), first_values(1)
+    assert not set(a) & set(b) and len(set(a)) == 4
+    one = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1)).ask().suggest_float("lr", 1e-4, 1, log=True)
+    assert b[0] == one

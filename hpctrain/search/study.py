@@ -128,10 +128,14 @@ def exists(sweep_dir: "str | Path") -> bool:
     return os.path.exists(journal_path(sweep_dir))
 
 
+WORKER_SEED_STRIDE = 1_000_003  # worker w samples with seed + w * stride: studies of seeds 0 and 1 share no stream
+
+
 def build_sampler(settings: Settings, worker: int = 0) -> optuna.samplers.BaseSampler:
-    """The sampler of one worker: its own seed (``seed + worker``); TPE lies constantly with several workers
-    (a running trial counts as a bad one, so that parallel workers do not all sample the same point)."""
-    seed = None if settings.seed is None else int(settings.seed) + worker
+    """The sampler of one worker: its own seed (``seed + worker * WORKER_SEED_STRIDE``; worker 0 uses ``seed``);
+    TPE lies constantly with several workers (a running trial counts as a bad one, so that parallel workers
+    do not all sample the same point)."""
+    seed = None if settings.seed is None else (int(settings.seed) + worker * WORKER_SEED_STRIDE) % 2**32
     name = settings.sampler
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constant_liar=settings.n_workers > 1)
