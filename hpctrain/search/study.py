@@ -135,7 +135,40 @@ def build_sampler(settings: Settings, worker: int = 0) -> optuna.samplers.BaseSa
     """The sampler of one worker: its own seed (``seed + worker * WORKER_SEED_STRIDE``; worker 0 uses ``seed``);
     TPE lies constantly with several workers (a running trial counts as a bad one, so that parallel workers
     do not all sample the same point)."""
-    seed = None if settings.seed is None else (int(settings.seed) + worker * WORKER_SEED_STRIDE) % 2**32
+    inner = _sampler(settings, None if settings.seed is None else (int(settings.seed) + worker * WORKER_SEED_STRIDE) % 2**32)
+    return UnitSampler(inner) if settings.scheduler in ("asha", "hyperband") and settings.sampler != "grid" else inner
+
+
+class UnitSampler(optuna.samplers.BaseSampler):
+    """A sampler that reads a trial paused at a rung as pruned there (:class:`hpctrain._compat.optuna.PausedAsPruned`)."""
+
+    def __init__(self, inner: optuna.samplers.BaseSampler) -> None:
+        self.inner = inner
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> Dict[str, BaseDistribution]:
+        return self.inner.infer_relative_search_space(optuna_compat.PausedAsPruned(study), trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: Dict[str, BaseDistribution]) -> Dict[str, Any]:
+        return self.inner.sample_relative(optuna_compat.PausedAsPruned(study), trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self.inner.sample_independent(optuna_compat.PausedAsPruned(study), trial, param_name,
+                                             param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.inner.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Optional[List[float]]) -> None:
+        self.inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
+
+
+def _sampler(settings: Settings, seed: Optional[int]) -> optuna.samplers.BaseSampler:
     name = settings.sampler
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constant_liar=settings.n_workers > 1)
