@@ -33,6 +33,8 @@ owners, the scheduler picks from a view of the study (:meth:`Leases.view`): a pa
 claimed as the next generation of its lease (so of two promoters one wins, and a trial leaves a rung once),
 a new trial as before (its number claimed first: ``n_trials`` is never passed). When the scheduler has
 nothing left and no unit runs, every paused trial's lease is marked ``ended`` and the trial told pruned.
+Paused trials stay RUNNING in Optuna, so the sampler of an ``asha``/``hyperband`` study (:class:`UnitSampler`)
+reads a trial that reported values as pruned at its last step, as Optuna's samplers read a pruner's trials.
 
 Imports optuna: used on the login node only for search sweeps.
 """
