@@ -59,3 +59,25 @@ def test_a_bad_override_fails_as_the_full_compose_does(loader_and_master):
         loader.load_sweep_config(master, ["nokey=1"])
     with pytest.raises(type(full.value)):
         Composer(loader, master)(["nokey=1"])
+
+
+def test_hpctrains_own_config_composed_per_unit_equals_a_full_compose():
+    """The trainer's config (structured schema, its run-dir resolvers): a searched float, a fixed group."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from hpctrain.schema import register_configs
+
+    register_configs()
+    with initialize_config_module(config_module="hpctrain.conf", version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", ["hydra/sweeper=search"], RunMode.MULTIRUN)
+        composer = Composer(loader, master)
+        composer(["max_steps=180", "lr=0.5"])
+        for overrides in (["max_steps=180", "eval_every=10", "lr=0.0123"], ["optim=sgd", "lr=3e-4"]):
+            got, want = composer(list(overrides)), loader.load_sweep_config(master, list(overrides))
+            for cfg in (got, want):
+                cfg.hydra.runtime.cwd = "-"
+            assert _plain(got) == _plain(want), overrides
+            assert got.lr == want.lr and type(got.lr) is float
