@@ -137,12 +137,14 @@ def build_sampler(settings: Settings, worker: int = 0) -> optuna.samplers.BaseSa
     """The sampler of one worker: its own seed (``seed + worker * WORKER_SEED_STRIDE``; worker 0 uses ``seed``);
     TPE lies constantly with several workers (a running trial counts as a bad one, so that parallel workers
     do not all sample the same point)."""
-    inner = _sampler(settings, None if settings.seed is None else (int(settings.seed) + worker * WORKER_SEED_STRIDE) % 2**32)
+    seed = None if settings.seed is None else (int(settings.seed) + worker * WORKER_SEED_STRIDE) % 2**32
+    inner = _sampler(settings, seed)
     return UnitSampler(inner) if settings.scheduler in ("asha", "hyperband") and settings.sampler != "grid" else inner
 
 
 class UnitSampler(optuna.samplers.BaseSampler):
-    """A sampler that reads a trial paused at a rung as pruned there (:class:`hpctrain._compat.optuna.PausedAsPruned`)."""
+    """A sampler that reads a trial paused at a rung as pruned there
+    (:class:`hpctrain._compat.optuna.PausedAsPruned`)."""
 
     def __init__(self, inner: optuna.samplers.BaseSampler) -> None:
         self.inner = inner
