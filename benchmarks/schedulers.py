@@ -5,10 +5,14 @@ much of the workers' time goes into training units.
                                                              #     pruner=none, pruner=asha (scheduler=none)
     python benchmarks/schedulers.py --part c                 # (c) 4 workers: share of worker time in units;
                                                              #     login command time (array queued, held)
-    options: --trials N (16) --max-steps N (180) --min-steps N (20) --eta N (3) --workers N (4)
+    options: --trials N (32) --max-steps N (180) --min-steps N (30) --eta N (3) --workers N (4)
 
 (a) is the task of benchmarks/search.py (b) (hpctrain's trainer on its classification set, lr in
-tag(log, interval(1e-4, 1)), TPE) with a longer budget (``--max-steps``, eval every 10). "steps" is the sum
+tag(log, interval(1e-4, 1)), TPE, 32 trials, 4 workers) with a longer budget (``--max-steps`` 180, three
+times search.py's 60; eval every 10). The first rung is one epoch (30 steps of 64 of the 2,048 training
+samples: Syne Tune's default grace period is one epoch), eta 3 (its default reduction factor): rungs 30, 90,
+180. Per seed it also prints, from the ``none`` study's own curves, how well the value at the first rung
+ranks the trials' final values (Spearman), and the final value of the trial best at that rung. "steps" is the sum
 of the steps every trial ran (each trial's metrics.json ``step``: where it ended, paused, pruned or completed).
 (c) reads the runs' records: a unit is a ``started`` event of a worker up to the trial's next ``paused``,
 ``completed`` or ``pruned`` event; a worker's span is its first unit's start to its last unit's end.
@@ -44,17 +48,56 @@ def asha(args: argparse.Namespace) -> List[str]:
     return ["hydra.sweeper.scheduler=asha", f"hydra.sweeper.eta={args.eta}", f"hydra.sweeper.min_steps={args.min_steps}"]
 
 
-def part_a(tmp: Path, args: argparse.Namespace) -> None:
-    configs = {"none": ["hydra.sweeper.pruner=none"], "pruner=asha": ["hydra.sweeper.pruner=asha"],
-               "scheduler=asha": asha(args)}
+def spearman(xs: List[float], ys: List[float]) -> float:
+    def ranks(v: List[float]) -> List[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        out = [0.0] * len(v)
+        for r, i in enumerate(order):
+            out[i] = float(r)
+        return out
+
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.mean(rx), statistics.mean(ry)
+    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    den = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
+    return num / den if den else float("nan")
+
+
+def first_rung_check(sweep: Path, rung: int, label: str) -> None:
+    """From a ``none`` study (every trial run to the end, its value reported at each eval): does the value
+    at the first rung rank the final values? The trial best at the rung, and the rank of the best final."""
+    done = [t for t in base.load_trials(sweep) if t.state.name == "COMPLETE" and rung in t.intermediate_values]
+    if len(done) < 3:
+        return
+    at, final = [t.intermediate_values[rung] for t in done], [t.value for t in done]
+    pick = min(range(len(done)), key=lambda i: at[i])
+    best = min(range(len(done)), key=lambda i: final[i])
+    rank_of_best = sorted(at).index(at[best]) + 1
+    print(f"{label}: value at step {rung} vs final over {len(done)} trials: Spearman {spearman(at, final):.2f}; "
+          f"the trial best at step {rung} ends at {final[pick]:.4f} (best final {final[best]:.4f}, "
+          f"{rank_of_best}. at step {rung})", flush=True)
+
+
+def completed_trials(sweep: Path) -> str:
+    ts = [t for t in base.load_trials(sweep) if t.state.name == "COMPLETE"]
+    return ", ".join(f"#{t.number} lr={t.params.get('lr', float('nan')):.4g} {t.value:.4f}" for t in ts)
+
+
+def part_a(tmp: Path, args: argparse.Namespace) -> List[float]:
+    configs = {"none": ["hydra.sweeper.pruner=none"], "scheduler=asha": asha(args),
+               "pruner=asha": ["hydra.sweeper.pruner=asha"]}
     out: Dict[str, List[Tuple[int, float]]] = {k: [] for k in configs}
+    shares: List[float] = []
     for seed in args.seeds:
         for name, extra in configs.items():
             sweep, _, _ = base.study(tmp, f"a-{name.replace('=', '-')}-{seed}", common(args, seed) + extra)
             out[name].append((base.steps_run(sweep), base.best(base.load_trials(sweep))))
             print(f"(a) seed {seed} {name}: {out[name][-1][0]} steps, best val/loss {out[name][-1][1]:.4f}", flush=True)
+            if name == "none":
+                first_rung_check(sweep, args.min_steps, f"(a) seed {seed} none")
             if name == "scheduler=asha":
-                share(sweep, f"(a) seed {seed}")
+                print(f"(a) seed {seed} scheduler=asha: completed {completed_trials(sweep)}", flush=True)
+                shares.append(share(sweep, f"(a) seed {seed}"))
     base_steps = statistics.mean(s for s, _ in out["none"])
     base_best = statistics.mean(b for _, b in out["none"])
     for name in ("pruner=asha", "scheduler=asha"):
@@ -62,6 +105,7 @@ def part_a(tmp: Path, args: argparse.Namespace) -> None:
         b = statistics.mean(v for _, v in out[name])
         print(f"(a) {name}: {100 * (1 - steps / base_steps):.0f} % fewer steps than none, best val/loss "
               f"{b:.4f} vs {base_best:.4f} ({100 * (b - base_best) / base_best:+.1f} %)")
+    return shares
 
 
 def units(sweep: Path) -> Dict[str, List[Tuple[float, float]]]:
@@ -98,33 +142,45 @@ def share(sweep: Path, label: str) -> float:
     return mean
 
 
-def part_c(tmp: Path, args: argparse.Namespace) -> None:
-    sweep, _, _ = base.study(tmp, "c-asha", common(args, 0) + asha(args))
-    mean = share(sweep, "(c) scheduler=asha")
-    held = tmp / "c-held"
-    cmd = [sys.executable, "-m", "hpctrain", "-m", "hydra/sweeper=search", "hydra/launcher=slurm",
-           f"hydra.sweep.dir={held}", *common(args, 0), *asha(args), "+hydra.launcher.additional_parameters.hold=true"]
-    proc, took = base.run(cmd, tmp)
-    if proc.returncode != 0:
-        raise SystemExit(proc.stdout + proc.stderr)
-    subprocess.run(["scancel", base.array_job(held)], capture_output=True)
+def part_c(tmp: Path, args: argparse.Namespace, shares: List[float]) -> None:
+    """``shares``: those of (a)'s scheduler=asha studies when (a) ran first (no study of its own then)."""
+    if shares:
+        mean = statistics.mean(shares)
+    else:
+        sweep, _, _ = base.study(tmp, "c-asha", common(args, 0) + asha(args))
+        mean = share(sweep, "(c) scheduler=asha")
+    times = []
+    for i in range(3):  # three fresh sweeps: the median of three
+        held = tmp / f"c-held-{i}"
+        cmd = [sys.executable, "-m", "hpctrain", "-m", "hydra/sweeper=search", "hydra/launcher=slurm",
+               f"hydra.sweep.dir={held}", *common(args, 0), *asha(args), "+hydra.launcher.additional_parameters.hold=true"]
+        proc, took = base.run(cmd, tmp)
+        if proc.returncode != 0:
+            raise SystemExit(proc.stdout + proc.stderr)
+        subprocess.run(["scancel", base.array_job(held)], capture_output=True)
+        times.append(took)
+    print(f"(c) login command gone after {', '.join(f'{t:.2f}' for t in times)} s (array queued, held)")
     print(f"(c) {args.workers} workers: {100 * mean:.1f} % of worker time in training units; login command gone "
-          f"after {took:.2f} s (array queued, held)")
+          f"after {statistics.median(times):.2f} s (median of 3)")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--part", choices=("a", "c"), action="append", required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--trials", type=int, default=16)
+    p.add_argument("--trials", type=int, default=32)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--max-steps", type=int, default=180)
-    p.add_argument("--min-steps", type=int, default=20)
+    p.add_argument("--min-steps", type=int, default=30)
     p.add_argument("--eta", type=int, default=3)
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="hpctrain-sched-bench-") as d:
-        for part in args.part:
-            (part_a if part == "a" else part_c)(Path(d), args)
+        shares: List[float] = []
+        for part in sorted(args.part):
+            if part == "a":
+                shares = part_a(Path(d), args)
+            else:
+                part_c(Path(d), args, shares)
 
 
 if __name__ == "__main__":

@@ -176,3 +176,49 @@ def test_an_ending_cut_short_between_its_claim_and_the_tell_is_finished_by_the_n
     assert other.next_trial(study) is Next.DONE
     assert other.ended == [(0, 10, dict(study.get_trials()[0].params))]  # its record written by this worker
     assert studies.open_study(tmp_path, s).get_trials()[0].state.name == "PRUNED"
+
+
+def test_studies_of_neighbouring_seeds_share_no_workers_sampler_stream():
+    """With ``seed + worker`` the studies of seeds 0 and 1 (4 workers) drew 3 of 4 workers' values alike: their
+    results were not independent. Worker 0 keeps the study's seed (a one-worker study samples as before)."""
+    import optuna
+
+    space, _ = parse(["lr=tag(log,interval(1e-4,1))"])
+
+    def first_values(seed: int) -> List[float]:
+        out = []
+        for w in range(4):
+            s = studies.Settings(space, n_trials=4, n_workers=4, sampler="random", seed=seed)
+            study = optuna.create_study(sampler=studies.build_sampler(s, w))
+            out.append(study.ask().suggest_float("lr", 1e-4, 1, log=True))
+        return out
+
+    a, b = first_values(0), first_values(1)
+    assert not set(a) & set(b) and len(set(a)) == 4
+    one = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1)).ask().suggest_float("lr", 1e-4, 1, log=True)
+    assert b[0] == one
+
+
+def test_tpe_learns_from_trials_paused_at_a_rung():
+    """12 trials paused at the first rung (RUNNING in Optuna, a value at step 30): the sampler of an asha study
+    takes them as pruned there, so TPE is past its 10 startup trials and samples near the best of them; Optuna
+    alone counts no finished trial (it would sample at random, taking every paused trial as a bad one)."""
+    import optuna
+
+    space, _ = parse(["x=interval(0,1)"])
+    s = studies.Settings(space, n_trials=40, n_workers=4, sampler="tpe", seed=3, scheduler="asha", max_steps=90)
+    plain = studies.Settings(space, n_trials=40, n_workers=4, sampler="tpe", seed=3)
+
+    def spread(settings: studies.Settings) -> float:
+        study = optuna.create_study(sampler=studies.build_sampler(settings, 0))
+        for i in range(12):
+            t = study.ask()
+            x = (i + 0.5) / 12
+            study._storage.set_trial_param(t._trial_id, "x", x, optuna.distributions.FloatDistribution(0, 1))
+            t.report((x - 0.2) ** 2, 30)  # paused at the rung: still RUNNING
+        got = [study.ask().suggest_float("x", 0, 1) for _ in range(16)]
+        return sorted(abs(v - 0.2) for v in got)[len(got) // 2]  # the median distance to the best
+
+    assert isinstance(studies.build_sampler(s, 0), studies.UnitSampler)
+    guided, blind = spread(s), spread(plain)
+    assert guided < blind / 2, (guided, blind)

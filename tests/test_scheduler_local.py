@@ -70,10 +70,14 @@ def test_hpctrain_trainer_under_asha_status_shows_each_rung_and_report_the_rung_
     assert len(found) == 5 and len(trial_dirs(sweep)) == 5
     status = json.loads(run_hpctrain(["status", str(sweep), "--json"], cwd=tmp_path).stdout)
     stages = {r["idx"]: r["stage"] for r in status["runs"]}
+    restarts = {r["idx"]: r["restarts"] for r in status["runs"]}
     for t in found:
         m = json.loads((run_dir_of(sweep, t.number) / "metrics.json").read_text())
         assert stages[t.number] == f"rung {m['rung']}"
         assert m["step"] == [5, 15, 45][m["rung"]]  # paused (then ended pruned) at exactly its rung's step
+    assert any(int(m) > 0 for m in (json.loads((run_dir_of(sweep, t.number) / "metrics.json").read_text())["rung"]
+                                    for t in found))  # some trial was promoted
+    assert set(restarts.values()) == {0}, restarts  # a promotion is a scheduled unit, not a restart
     text = run_hpctrain(["status", str(sweep)], cwd=tmp_path).stdout
     assert " unit " in text.splitlines()[1] and "rung 0" in text
     report = run_hpctrain(["report", str(sweep)], cwd=tmp_path).stdout

@@ -1,6 +1,7 @@
 """Units of work: a run paused at a unit's end and resumed equals an uninterrupted one; the paused state."""
 
 import json
+import os
 
 import torch
 
@@ -91,6 +92,41 @@ def test_paused_is_neither_active_nor_final_and_a_new_start_runs_again(tmp_path)
     events.paused(tmp_path, step=30)
     events.pruned(tmp_path, step=30, reason="not promoted")
     assert events.read(tmp_path).state is State.PRUNED
+
+
+def _in_job(job: str, restart: int = 0):
+    """The environment of one Slurm attempt of an array task (what keys its events)."""
+    from unittest import mock
+
+    array, task = job.split("_")
+    return mock.patch.dict(os.environ, {"SLURM_ARRAY_JOB_ID": array, "SLURM_ARRAY_TASK_ID": task,
+                                        "SLURM_JOB_ID": job, "SLURM_RESTART_COUNT": str(restart)})
+
+
+def test_a_promotion_is_not_a_restart_and_a_workers_next_unit_of_the_same_trial_runs(tmp_path):
+    """Worker 100_0 runs a trial's first unit and, in the same Slurm attempt, its promotion; worker 100_1
+    promotes it again, is requeued by Slurm mid-unit and resumes it. Two scheduled units and one requeue:
+    one restart, and the trial is running (not paused) while its worker's second unit runs."""
+    events._own_attempt.clear()
+    events.submitted(tmp_path)
+    with _in_job("100_0"):
+        events.started(tmp_path, job_id="100_0", how="new")
+        events.paused(tmp_path, step=10)
+        events.started(tmp_path, job_id="100_0", how="promote")
+        rs = events.read(tmp_path)
+        assert rs.state is State.RUNNING and rs.restarts == 0 and rs.attempts == 2
+        events.paused(tmp_path, step=30)
+    assert events.read(tmp_path).state is State.PAUSED
+    with _in_job("100_1"):
+        events.started(tmp_path, job_id="100_1", how="promote")
+        events.requeued(tmp_path)
+    assert events.read(tmp_path).restarts == 0  # requeued: not started again yet
+    with _in_job("100_1", restart=1):
+        events.started(tmp_path, job_id="100_1", how="resumed")
+        assert events.read(tmp_path).restarts == 1
+        events.completed(tmp_path)
+    rs = events.read(tmp_path)
+    assert rs.state is State.COMPLETED and rs.attempts == 4 and rs.units == 2 and rs.restarts == 1
 
 
 def test_units_round_trip_through_a_claim_and_none_is_one_unit_to_max_steps():

@@ -162,6 +162,7 @@ class RunState:
     ended_at: Optional[float] = None  # the final event's time
     events: List[Event] = field(default_factory=list)
     attempts: int = 0  # the highest attempt started since the last submission (a Slurm requeue counts)
+    units: int = 0  # attempts that ended paused with a later start: a search's scheduled next unit, not a restart
 
     @property
     def job_id(self) -> Optional[str]:
@@ -170,7 +171,9 @@ class RunState:
 
     @property
     def restarts(self) -> int:
-        return max(0, self.attempts - 1)
+        """Starts again of the same work (a retry, a requeue, an adoption), not a search's next unit (a
+        promotion, a PBT interval: the start after a ``paused`` attempt, its ``started`` says ``how``)."""
+        return max(0, self.attempts - 1 - self.units)
 
     @property
     def attempt(self) -> Tuple[int, int, int]:
@@ -190,9 +193,11 @@ def placed(all_events: List[Event]) -> List[Tuple[int, int, Event]]:
     """Each event with its (submission, attempt): from its tags, else (an untagged event) from time order."""
     ordered = sorted(all_events, key=lambda e: (e.time_ns, e.path))
     by_key: Dict[Tuple[Optional[int], str], int] = {}
+    key_starts: Dict[Tuple[Optional[int], str], set] = {}  # one Slurm attempt may start several search units
     for e in ordered:
         if e.kind is EventKind.STARTED and e.key and e.attempt is not None:
             by_key.setdefault((e.submission, e.key), e.attempt)
+            key_starts.setdefault((e.submission, e.key), set()).add(e.attempt)
     out = []
     sub, n_subs = 0, 0
     current: Dict[int, int] = {}  # per submission: the attempt in progress, for untagged events
@@ -205,7 +210,8 @@ def placed(all_events: List[Event]) -> List[Tuple[int, int, Event]]:
         if e.kind is EventKind.SUBMITTED:
             att = 0
         elif e.key and (esub, e.key) in by_key:
-            att = by_key[(esub, e.key)]
+            # an attempt its own key started keeps its tag (a worker's next unit of the trial); else the key's first
+            att = e.attempt if e.attempt in key_starts[(esub, e.key)] else by_key[(esub, e.key)]
         elif e.attempt is not None:
             att = e.attempt
         else:  # untagged: the attempt in progress; after a boundary, or at a first start, the next one
@@ -233,6 +239,7 @@ def fold(all_events: List[Event]) -> RunState:
     out.attempts = max((a for a, _ in starts), default=0)
     out.retries = len({a for a, e in current if e.kind is EventKind.RETRYING})
     out.requeues = len({a for a, e in current if e.kind is EventKind.REQUEUED})
+    out.units = len({a for a, e in current if e.kind is EventKind.PAUSED and a < out.attempts})
     if starts:
         out.started_at = min(e.time_ns for _, e in starts) / 1e9
         out.last_start = max(starts, key=lambda p: (p[0], p[1].time_ns, p[1].path))[1]

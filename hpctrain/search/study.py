@@ -33,6 +33,8 @@ owners, the scheduler picks from a view of the study (:meth:`Leases.view`): a pa
 claimed as the next generation of its lease (so of two promoters one wins, and a trial leaves a rung once),
 a new trial as before (its number claimed first: ``n_trials`` is never passed). When the scheduler has
 nothing left and no unit runs, every paused trial's lease is marked ``ended`` and the trial told pruned.
+Paused trials stay RUNNING in Optuna, so the sampler of an ``asha``/``hyperband`` study (:class:`UnitSampler`)
+reads a trial that reported values as pruned at its last step, as Optuna's samplers read a pruner's trials.
 
 Imports optuna: used on the login node only for search sweeps.
 """
@@ -128,10 +130,49 @@ def exists(sweep_dir: "str | Path") -> bool:
     return os.path.exists(journal_path(sweep_dir))
 
 
+WORKER_SEED_STRIDE = 1_000_003  # worker w samples with seed + w * stride: studies of seeds 0 and 1 share no stream
+
+
 def build_sampler(settings: Settings, worker: int = 0) -> optuna.samplers.BaseSampler:
-    """The sampler of one worker: its own seed (``seed + worker``); TPE lies constantly with several workers
-    (a running trial counts as a bad one, so that parallel workers do not all sample the same point)."""
-    seed = None if settings.seed is None else int(settings.seed) + worker
+    """The sampler of one worker: its own seed (``seed + worker * WORKER_SEED_STRIDE``; worker 0 uses ``seed``);
+    TPE lies constantly with several workers (a running trial counts as a bad one, so that parallel workers
+    do not all sample the same point)."""
+    seed = None if settings.seed is None else (int(settings.seed) + worker * WORKER_SEED_STRIDE) % 2**32
+    inner = _sampler(settings, seed)
+    return UnitSampler(inner) if settings.scheduler in ("asha", "hyperband") and settings.sampler != "grid" else inner
+
+
+class UnitSampler(optuna.samplers.BaseSampler):
+    """A sampler that reads a trial paused at a rung as pruned there
+    (:class:`hpctrain._compat.optuna.PausedAsPruned`)."""
+
+    def __init__(self, inner: optuna.samplers.BaseSampler) -> None:
+        self.inner = inner
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> Dict[str, BaseDistribution]:
+        return self.inner.infer_relative_search_space(optuna_compat.PausedAsPruned(study), trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: Dict[str, BaseDistribution]) -> Dict[str, Any]:
+        return self.inner.sample_relative(optuna_compat.PausedAsPruned(study), trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self.inner.sample_independent(optuna_compat.PausedAsPruned(study), trial, param_name,
+                                             param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.inner.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Optional[List[float]]) -> None:
+        self.inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
+
+
+def _sampler(settings: Settings, seed: Optional[int]) -> optuna.samplers.BaseSampler:
     name = settings.sampler
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constant_liar=settings.n_workers > 1)

@@ -43,6 +43,7 @@ from hpctrain.core.state import State
 from hpctrain.search import exploit
 from hpctrain.search import study as studies
 from hpctrain.search.bridge import TrialBridge, activate
+from hpctrain.search.compose import Composer
 from hpctrain.search.space import trial_dirname
 from hpctrain.search.units import Unit, outcome
 
@@ -166,7 +167,9 @@ class SearchWorker:
         overrides = s.space.overrides(a.params)
         dirname = trial_dirname(a.number, a.dir_params or a.params)
         run_dir = Path(sweep) / dirname
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        if getattr(self, "composer", None) is None:
+            self.composer = Composer(self.hydra_context.config_loader, self.config)
+        config = self.composer(list(overrides))
         with open_dict(config):
             config.hydra.sweep.subdir = dirname
             config.hydra.job.num = a.number
