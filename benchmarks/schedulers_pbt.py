@@ -9,7 +9,8 @@ The task (``--task``, default ``regression``): one of TASKS, always with a const
 arms search ``lr`` in ``tag(log, interval(1e-3, 1))`` with the random sampler and the same seed (so the
 same 8 first values): PBT (``scheduler=pbt``, ``population=8``, a decision every ``--interval`` steps)
 against ``scheduler=none`` (8 trials at one constant lr each, no pruning). Every trial trains ``--steps``
-steps in both arms: the same total. The figure per seed is the best trial's final ``val/loss``. Runs on
+steps in both arms: the same total. The figure per seed is the best trial's final ``val/loss``
+(``--held-out``: also that trial's loss on the val samples no eval saw). Runs on
 ``hydra/launcher=local`` with one worker (CPU-bound; steps are counted, not timed). The last line is the
 headline.
 
@@ -101,7 +102,7 @@ def probe(name: str, steps: int, eval_every: int, n_const: int) -> None:
 
 # ---------------------------------------------------------------------------------------- the arms
 def arm(sweep: Path, scheduler: str, seed: int, name: str, steps: int, interval: int, eval_every: int,
-        population: int) -> Optional[float]:
+        population: int, held: bool = False) -> Optional[float]:
     extra = (["hydra.sweeper.scheduler=pbt", f"hydra.sweeper.population={population}",
               f"hydra.sweeper.interval={interval}"] if scheduler == "pbt" else ["hydra.sweeper.pruner=none"])
     cmd = [sys.executable, "-m", "hpctrain", "-m", "hydra/sweeper=search", "hydra/launcher=local",
@@ -113,19 +114,52 @@ def arm(sweep: Path, scheduler: str, seed: int, name: str, steps: int, interval:
                           text=True, timeout=7200)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}\nexited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    values = []
+    values, by_dir = [], {}
     for d in sorted(sweep.glob("trial-*")):
         m = json.loads((d / "metrics.json").read_text())
         assert m.get("step") == steps, (d, m.get("step"))
         v = (m.get("metrics") or {}).get("val/loss")
         if isinstance(v, (int, float)) and math.isfinite(v):
             values.append(float(v))
+            by_dir[d.name] = float(v)
     best = min(values) if values else None
     print(f"  {scheduler:>4} seed {seed}: {len(values)} trials x {steps} steps, best val/loss "
           f"{best if best is None else round(best, 4)} ({time.time() - started:.0f} s)", flush=True)
+    if held:
+        hv = held_out(sweep, name, steps, eval_every)
+        print(f"       held-out val/loss of the best-by-val/loss trial "
+              f"{hv[min(hv, key=lambda k: by_dir.get(k, math.inf))]:.4f} (best held-out of all {min(hv.values()):.4f})",
+              flush=True)
     if scheduler == "pbt":
         print(f"       best member's schedule: {best_schedule(sweep)}", flush=True)
     return best
+
+
+def held_out(sweep: Path, name: str, steps: int, eval_every: int) -> Dict[str, float]:
+    """Each trial's final weights on the val samples its evals never saw (the trainer evaluates the first
+    20 micro-batches only), by trial dir name: PBT selects on the evaluated ones, so this shows how much of
+    its figure is selection."""
+    import torch
+    from hydra import compose, initialize_config_module
+
+    from hpctrain.schema import register_configs
+    from hpctrain.train.build import build_data, build_loss, build_model
+    from hpctrain.train.forward import Forward
+
+    register_configs()
+    with initialize_config_module(config_module="hpctrain.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=task(name, steps, eval_every))
+    val = build_data(cfg.data).val
+    used = min(len(val), 20 * int(cfg.batch_size))
+    batch = val.__getitems__(list(range(used, len(val))))
+    out = {}
+    for d in sorted(sweep.glob("trial-*")):
+        model = build_model(cfg.model)
+        model.load_state_dict(torch.load(d / "checkpoints" / "last.pt", weights_only=True)["model"])
+        forward = Forward(build_loss(cfg.loss), cfg.loss._target_, model)
+        with torch.no_grad():
+            out[d.name] = float(forward.loss_of(*forward(model, batch), batch))
+    return out
 
 
 def best_schedule(sweep: Path) -> str:
@@ -155,6 +189,8 @@ def main() -> None:
     ap.add_argument("--interval", type=int, default=25)
     ap.add_argument("--eval-every", type=int, default=None, help="default: the interval")
     ap.add_argument("--population", type=int, default=8)
+    ap.add_argument("--held-out", action="store_true", help="also each arm's best trial on unevaluated val samples")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the sweep dirs under this dir (default: a temp dir)")
     args = ap.parse_args()
     eval_every = args.eval_every or args.interval
     if args.mode == "probe":
@@ -162,11 +198,14 @@ def main() -> None:
         return
     pbt, const = [], []
     with tempfile.TemporaryDirectory(prefix="hpctrain-pbt-bench-") as tmp:
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            tmp = str(args.keep.resolve())
         for seed in args.seeds:
             const.append(arm(Path(tmp) / f"none-{seed}", "none", seed, args.task, args.steps, args.interval,
-                             eval_every, args.population))
+                             eval_every, args.population, args.held_out))
             pbt.append(arm(Path(tmp) / f"pbt-{seed}", "pbt", seed, args.task, args.steps, args.interval,
-                           eval_every, args.population))
+                           eval_every, args.population, args.held_out))
     wins = sum(p is not None and c is not None and p < c for p, c in zip(pbt, const))
     print(f"best val/loss per seed: pbt {[v if v is None else round(v, 4) for v in pbt]}, "
           f"constant {[v if v is None else round(v, 4) for v in const]}")
