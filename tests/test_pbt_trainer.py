@@ -64,3 +64,68 @@ def test_a_schedule_entry_at_step_0_and_a_resume_in_the_middle_of_one(tmp_path):
 def test_a_bad_schedule_is_refused(bad, says):
     with pytest.raises(ValueError, match=says.replace("[", r"\[").replace("]", r"\]")):
         read_schedule(bad)
+
+
+# ---------------------------------------------------------------- an exploit as the trainer sees it
+PBT = ["log_every=5", "eval_every=5", "ckpt_every=5", "warmup_steps=0", "min_lr_ratio=1.0",
+       "data.train_size=256", "data.val_size=64", "model.hidden=16", "max_steps=20"]
+
+
+def unit(run_dir, lr, end):
+    """One PBT unit of the trainer up to ``end`` (the search bridge's end step), then the kept boundary."""
+    from hpctrain.search import exploit
+    from hpctrain.search.bridge import TrialBridge
+
+    t = Trainer(compose(PBT + [f"lr={lr}"]), run_dir, DistInfo(), hooks=[TrialBridge(0, "val/loss", end=end)])
+    result = t.fit()
+    exploit.after_unit(run_dir, end, 20)
+    return t, result
+
+
+def test_a_constant_lr_is_constant_at_every_step():
+    from hpctrain.train.trainer import lr_lambda
+
+    assert {lr_lambda(0, 20, 1.0)(s) for s in range(25)} == {1.0}
+
+
+def test_an_exploit_continues_from_the_donors_weights_and_optimizer_with_the_explored_lr(tmp_path):
+    from hpctrain.search import exploit
+
+    donor, me, whole = tmp_path / "donor", tmp_path / "me", tmp_path / "whole"
+    unit(donor, 0.05, 10)
+    unit(me, 0.002, 10)
+    saved = torch.load(exploit.kept_dir(donor, 10) / "last.pt", weights_only=True)
+    exploit.before_unit(me, 10, {"lr": 0.04}, donor, 0)  # the donor's lr x 0.8
+    t = Trainer(compose(PBT + ["lr=0.04"]), me, DistInfo())
+    assert t.step == 10
+    model = t.raw_model.state_dict()
+    assert all(torch.equal(model[k], saved["model"][k]) for k in saved["model"])  # the donor's weights
+    opt = t.optimizer.state_dict()["state"]
+    for i, s in saved["optimizer"]["state"].items():  # Adam's moments and step count: the donor's
+        assert all(torch.equal(opt[i][k], v) for k, v in s.items())
+    assert [g["lr"] for g in t.optimizer.param_groups] == [0.04, 0.04]  # the next step uses the explored lr
+    assert t.scheduler.base_lrs == [0.04, 0.04]
+    lrs = []
+    step = t.optimizer.step
+    t.optimizer.step = lambda *a, **k: (lrs.append([g["lr"] for g in t.optimizer.param_groups]), step(*a, **k))[1]
+    t.fit()
+    assert lrs == [[0.04, 0.04]] * 10  # every step of the unit, none at the donor's 0.05
+    # the same as the donor's run with its lr changed at step 10: one run, the trainer's schedule key
+    Trainer(compose(PBT + ["lr=0.05", "schedule=[{step:10,lr:0.04}]"]), whole, DistInfo()).fit()
+    a = torch.load(me / "checkpoints" / "last.pt", weights_only=True)
+    b = torch.load(whole / "checkpoints" / "last.pt", weights_only=True)
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_the_objective_at_a_boundary_is_an_eval_of_the_weights_at_that_step(tmp_path):
+    """A decision compares every member at the same step: the value reported at the unit's end is a fresh
+    eval of the weights saved there (not the last log's, not an earlier eval's)."""
+    from hpctrain.train.evaluation import evaluate
+
+    t, result = unit(tmp_path, 0.05, 10)
+    assert result["step"] == 10 and result["status"] == "paused"
+    saved = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
+    assert saved["step"] == 10
+    t.raw_model.load_state_dict(saved["model"])
+    fresh = evaluate(t.raw_model, t.val_set, t.forward, t.metric_fns, t.micro_bs, t.info, t.autocast)
+    assert result["objective"]["value"] == pytest.approx(fresh["val/loss"], rel=1e-6)
