@@ -212,7 +212,7 @@ def test_the_time_series_tab_shows_the_objective_and_the_losses_first(browser, b
 def test_no_token_keeps_the_old_behaviour_with_a_warning(sweep):
     b = Board(sweep, "--no-token")
     try:
-        assert b.url == f"http://127.0.0.1:{b.port}/"
+        assert b.url.startswith(f"http://127.0.0.1:{b.port}/?pinnedCards=") and "token" not in b.url
         assert _status(b.base + "/data/plugin/hpctrain/data") == 200
     finally:
         out = b.stop()
