@@ -50,6 +50,9 @@ def test_max_submit_from_association_and_qos_the_tighter_wins():
     assert slurm_parse.parse_max_submit(assoc, "normal|\n", "acct_a", None, "alice")[0] == 50
     assert slurm_parse.parse_max_submit(assoc, "normal|\n", "acct_b", None, "alice") is None
     assert slurm_parse.parse_max_submit("", "", None, None, "alice") is None
+    # no --account: sbatch uses the default account, whose association has no cap (not the first row's)
+    assert slurm_parse.parse_max_submit(assoc, "normal|\n", None, None, "alice", default_account="acct_b") is None
+    assert slurm_parse.parse_max_submit(assoc, "normal|\n", None, None, "alice", default_account="gone")[0] == 50
 
 
 # ---------------------------------------------------------------- the real cluster
@@ -178,6 +181,10 @@ def test_sweep_over_the_queue_cap_is_refused_with_the_numbers(tmp_path):
                              "hydra.launcher.runs_per_task=4", "hydra.launcher.dry_run=true",
                              f"hydra.launcher.account={account}", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=120)
         assert "8 to submit as 2 task(s)" in proc.stdout
+        # without --account the job goes to the user's default account: the capped one binds nothing
+        proc = run_hpctrain(["-m", "seed=range(8)", "max_steps=5", "hydra/launcher=slurm", "hydra.launcher.dry_run=true",
+                             f"hydra.sweep.dir={tmp_path / 'default'}"], cwd=tmp_path, timeout=120)
+        assert "runs (8 to submit, 0 already completed):" in proc.stdout, proc.stdout
     finally:
         subprocess.run(["sacctmgr", "-i", "delete", "user", user, f"account={account}"], capture_output=True)
         subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)

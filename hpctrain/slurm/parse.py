@@ -239,17 +239,20 @@ def _int(value: Optional[str], default: int = 0) -> int:
 
 
 def parse_max_submit(assoc_text: str, qos_text: str, account: Optional[str], qos: Optional[str],
-                     user: str) -> Optional[Tuple[int, str]]:
+                     user: str, default_account: Optional[str] = None) -> Optional[Tuple[int, str]]:
     """The tightest cap on this user's jobs in the queue, and who sets it.
 
     ``assoc_text``: ``sacctmgr -n -P show assoc where user=USER format=Account,User,MaxSubmit,QOS,DefaultQOS``;
     ``qos_text``: ``sacctmgr -n -P show qos format=Name,MaxSubmitPU``. The association is the one of
-    ``account`` (else the user's first); the QOS is ``qos``, else the association's default QOS.
+    ``account``, else of the user's default account (where sbatch puts a job without ``--account``), else
+    the user's first; the QOS is ``qos``, else the association's default QOS.
     """
     rows = [line.split("|") for line in assoc_text.splitlines() if line.count("|") >= 4]
     rows = [r for r in rows if r[1] == user]
     if account:
         rows = [r for r in rows if r[0] == account]
+    elif default_account and any(r[0] == default_account for r in rows):
+        rows = [r for r in rows if r[0] == default_account]
     caps: List[Tuple[int, str]] = []
     chosen_qos = qos
     if rows:

@@ -198,15 +198,18 @@ def max_submit_jobs(account: Optional[str] = None, qos: Optional[str] = None) ->
     """``(cap, who sets it)`` on the user's jobs in the queue; ``None`` when none is set or sacctmgr
     does not answer (no accounting): then nothing is checked up front and sbatch has the last word."""
     user = _user()
-    with ThreadPoolExecutor(2) as pool:  # both asked at once: slurmdbd answers each in a few tenths of a second
+    with ThreadPoolExecutor(3) as pool:  # all asked at once: slurmdbd answers each in a few tenths of a second
         asked = pool.map(lambda argv: run(argv, timeout_s=15), [
             ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
              "format=Account,User,MaxSubmit,QOS,DefaultQOS"],
-            ["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxSubmitPU"]])
-        assoc, qos_ans = list(asked)
+            ["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxSubmitPU"],
+            ["sacctmgr", "-n", "-P", "show", "user", user, "format=DefaultAccount"]])
+        assoc, qos_ans, default = list(asked)
     if assoc.stdout is None:
         return None
-    return parse_max_submit(assoc.stdout, qos_ans.stdout or "", account, qos, user)
+    default_account = (default.stdout or "").strip().splitlines()[:1]
+    return parse_max_submit(assoc.stdout, qos_ans.stdout or "", account, qos, user,
+                            default_account[0].strip() if default_account else None)
 
 
 def jobs_in_queue_of_user() -> Optional[int]:
