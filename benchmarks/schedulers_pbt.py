@@ -2,6 +2,7 @@
 
     python benchmarks/schedulers_pbt.py probe                      # does a schedule beat every constant here?
     python benchmarks/schedulers_pbt.py --seeds 0 1 2              # population 8 vs 8 constant trials
+    python benchmarks/schedulers_pbt.py --seeds 0 1 2 --slurm-workers 4   # the same on the Slurm test cluster
     python benchmarks/schedulers_pbt.py --seeds 0 --task classification --steps 120 --interval 20   # the old task
 
 The task (``--task``, default ``regression``): one of TASKS, always with a constant learning rate
@@ -11,7 +12,8 @@ same 8 first values): PBT (``scheduler=pbt``, ``population=8``, a decision every
 against ``scheduler=none`` (8 trials at one constant lr each, no pruning). Every trial trains ``--steps``
 steps in both arms: the same total. The figure per seed is the best trial's final ``val/loss``
 (``--held-out``: also that trial's loss on the val samples no eval saw). Runs on
-``hydra/launcher=local`` with one worker (CPU-bound; steps are counted, not timed). The last line is the
+``hydra/launcher=local`` with one worker, or with ``--slurm-workers N`` on the Slurm test cluster (CPU-bound;
+steps are counted, not timed). The last line is the
 headline.
 
 ``probe`` trains single runs in this process (no search): a grid of constant lrs over the same range and
@@ -102,18 +104,28 @@ def probe(name: str, steps: int, eval_every: int, n_const: int) -> None:
 
 # ---------------------------------------------------------------------------------------- the arms
 def arm(sweep: Path, scheduler: str, seed: int, name: str, steps: int, interval: int, eval_every: int,
-        population: int, held: bool = False) -> Optional[float]:
+        population: int, held: bool = False, workers: int = 0) -> Optional[float]:
+    """``workers``: 0 runs the arm on ``hydra/launcher=local`` with one worker; N > 0 on the Slurm test
+    cluster with N array workers (the command returns once queued; this waits for the array to end)."""
     extra = (["hydra.sweeper.scheduler=pbt", f"hydra.sweeper.population={population}",
               f"hydra.sweeper.interval={interval}"] if scheduler == "pbt" else ["hydra.sweeper.pruner=none"])
-    cmd = [sys.executable, "-m", "hpctrain", "-m", "hydra/sweeper=search", "hydra/launcher=local",
+    launcher = ["hydra/launcher=slurm", f"hydra.sweeper.n_workers={workers}"] if workers else \
+        ["hydra/launcher=local", "hydra.sweeper.n_workers=1"]
+    cmd = [sys.executable, "-m", "hpctrain", "-m", "hydra/sweeper=search", *launcher,
            f"hydra.sweep.dir={sweep}", SPACE, "hydra.sweeper.sampler=random",
-           f"hydra.sweeper.n_trials={population}", "hydra.sweeper.n_workers=1", f"hydra.sweeper.seed={seed}",
+           f"hydra.sweeper.n_trials={population}", f"hydra.sweeper.seed={seed}",
            *extra, *task(name, steps, eval_every)]
     started = time.time()
+    sweep.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(cmd, cwd=sweep.parent, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
                           text=True, timeout=7200)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}\nexited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    if workers:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import search as base  # benchmarks/search.py: the array's job id, waiting for it
+
+        base.wait_gone(base.array_job(sweep))
     values, by_dir = [], {}
     for d in sorted(sweep.glob("trial-*")):
         m = json.loads((d / "metrics.json").read_text())
@@ -190,6 +202,8 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=None, help="default: the interval")
     ap.add_argument("--population", type=int, default=8)
     ap.add_argument("--held-out", action="store_true", help="also each arm's best trial on unevaluated val samples")
+    ap.add_argument("--slurm-workers", type=int, default=0,
+                    help="run the arms on the Slurm test cluster with this many array workers (default: local, 1)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the sweep dirs under this dir (default: a temp dir)")
     args = ap.parse_args()
     eval_every = args.eval_every or args.interval
@@ -203,9 +217,9 @@ def main() -> None:
             tmp = str(args.keep.resolve())
         for seed in args.seeds:
             const.append(arm(Path(tmp) / f"none-{seed}", "none", seed, args.task, args.steps, args.interval,
-                             eval_every, args.population, args.held_out))
+                             eval_every, args.population, args.held_out, args.slurm_workers))
             pbt.append(arm(Path(tmp) / f"pbt-{seed}", "pbt", seed, args.task, args.steps, args.interval,
-                           eval_every, args.population, args.held_out))
+                           eval_every, args.population, args.held_out, args.slurm_workers))
     wins = sum(p is not None and c is not None and p < c for p, c in zip(pbt, const))
     print(f"best val/loss per seed: pbt {[v if v is None else round(v, 4) for v in pbt]}, "
           f"constant {[v if v is None else round(v, 4) for v in const]}")
