@@ -13,7 +13,7 @@ from typing import Any, List, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hpctrain.schema import OBJECTIVE_MODES, PRECISIONS
+from hpctrain.schema import OBJECTIVE_MODES, PRECISIONS, read_schedule
 
 
 def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[str, Any]] = None) -> List[str]:
@@ -75,6 +75,10 @@ def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[s
         if error:
             problems.append(f"{group}._target_={target!r}: {error}")
     problems += _metrics_problems(plain)
+    try:
+        read_schedule(plain.get("schedule"), (plain.get("optim") or {}).keys())
+    except (ValueError, TypeError) as exc:
+        problems.append(str(exc))
     return problems
 
 
