@@ -175,6 +175,7 @@ class TrainConfig:
     compile: bool = False
     log_every: int = 10
     eval_every: int = 100  # 0: no evaluation until the end
+    eval_batches: int = 20  # micro-batches per evaluation (the first samples of the validation set); 0: all of it
     ckpt_every: int = 100  # 0: only at the end (and on preemption)
     warmup_steps: int = 10
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio

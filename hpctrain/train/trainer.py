@@ -282,7 +282,7 @@ class Trainer:
         if self.val_set is not None:
             self.model.eval()
             val = evaluate(self.raw_model, self.val_set, self.forward, self.metric_fns, self.micro_bs, self.info,
-                           self.autocast)
+                           self.autocast, max_batches=int(self.cfg.eval_batches))
             self.model.train()
             last.update(val)
             self.logger.scalars(val, self.step)
