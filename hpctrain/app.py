@@ -14,9 +14,8 @@ from omegaconf import DictConfig
 
 from hpctrain.core import events
 from hpctrain.core import summary
-from hpctrain.search.pbt import TRAINER_MUTABLE
 from hpctrain.submit.checks import unread_keys, validate_job
-from hpctrain.schema import register_configs
+from hpctrain.schema import RETUNABLE, register_configs
 
 log = logging.getLogger("hpctrain")
 register_configs()
@@ -86,7 +85,7 @@ def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:
 train.validate_job = validate_job  # type: ignore[attr-defined]
 train.unread_keys = unread_keys  # type: ignore[attr-defined]
 # The keys the trainer applies on resume (Trainer.retune): what scheduler=pbt may explore.
-train.mutable_keys = TRAINER_MUTABLE  # type: ignore[attr-defined]
+train.mutable_keys = RETUNABLE  # type: ignore[attr-defined]
 # Packed runs (runs_per_task > 1) are forked from one process per task that imports these first.
 train.preload = ("hpctrain.train.trainer", "hpctrain.train.distributed")  # type: ignore[attr-defined]
 

@@ -17,7 +17,31 @@ from omegaconf import II, MISSING, OmegaConf
 
 PRECISIONS = ("32", "bf16", "fp16")
 OBJECTIVE_MODES = ("min", "max")
+# The keys the trainer applies to a run in flight (Trainer.retune, on resume and at a ``schedule`` step):
+# the base learning rate, gradient clipping and the optimizer's param-group values. Every other key (model
+# shape, data, batch size, seed, ...) is fixed for a run's life: scheduler=pbt may explore only these.
+RETUNABLE = ("lr", "grad_clip", "optim.weight_decay", "optim.momentum", "optim.eps", "optim.dampening",
+             "optim.betas")
 
+
+def read_schedule(entries: Any, optim_keys: Optional[Any] = None) -> Dict[int, Dict[str, Any]]:
+    """The ``schedule`` key, ``[{step: N, lr: ..., optim.weight_decay: ...}, ...]``, as ``{N: {key: value}}``:
+    from step N on, those values (a PBT trial's schedule replayed as one run). ``optim_keys``: the keys of
+    the config's ``optim`` (where given, an ``optim.<key>`` the optimizer does not take is refused too)."""
+    out: Dict[int, Dict[str, Any]] = {}
+    for i, entry in enumerate(entries or ()):
+        entry = dict(entry)
+        step = entry.pop("step", None)
+        if not isinstance(step, int) or step < 0:
+            raise ValueError(f"schedule[{i}]: expected an integer step >= 0, got {step!r}")
+        for key in entry:
+            if key not in RETUNABLE:
+                raise ValueError(f"schedule[{i}].{key}: cannot change during a run "
+                                 f"(expected one of {', '.join(RETUNABLE)})")
+            if optim_keys is not None and key.startswith("optim.") and key[len("optim."):] not in optim_keys:
+                raise ValueError(f"schedule[{i}].{key}: the optimizer's config has no {key[len('optim.'):]!r}")
+        out.setdefault(step, {}).update(entry)
+    return out
 
 # ---------------------------------------------------------------- model
 @dataclass
@@ -151,6 +175,7 @@ class TrainConfig:
     compile: bool = False
     log_every: int = 10
     eval_every: int = 100  # 0: no evaluation until the end
+    eval_batches: int = 20  # micro-batches per evaluation (the first samples of the validation set); 0: all of it
     ckpt_every: int = 100  # 0: only at the end (and on preemption)
     warmup_steps: int = 10
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio

@@ -28,8 +28,11 @@ CASES = [
     (["model=nosuch"], "Could not find 'model/nosuch'"),
     (["compile=maybe"], "Value 'maybe' is not a valid bool"),
     (["log_every=0"], "log_every=0: expected an integer >= 1"),
+    (["eval_batches=-1"], "eval_batches=-1: expected an integer >= 0 (0: the whole validation set)"),
     (["device=tpu"], "device='tpu': expected auto, cpu or cuda"),
     (["min_lr_ratio=2"], "min_lr_ratio=2.0: expected a number in [0, 1]"),
+    (["schedule=[{step:5,batch_size:8}]"], "schedule[0].batch_size: cannot change during a run"),
+    (["schedule=[{step:5,optim.momentum:0.5}]"], "schedule[0].optim.momentum: the optimizer's config has no 'momentum'"),
     (["model=gpt"], "model.vocab_size: Interpolation key 'data.vocab_size' not found"),
     # components: _target_ checked without importing it
     (["model._target_=nosuch_pkg.Net"], "model._target_='nosuch_pkg.Net': module 'nosuch_pkg' not found"),

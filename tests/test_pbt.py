@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpctrain.core import summary
+from hpctrain.schema import RETUNABLE
 from hpctrain.core.state import Direction, State
 from hpctrain.search import exploit, pbt
 from hpctrain.search.space import parse
@@ -160,14 +161,14 @@ def test_the_population_never_changes_and_every_member_trains_to_the_end(populat
 
 def test_check_params_refuses_what_pbt_cannot_explore_in_one_line():
     ok, _ = parse(["lr=tag(log,interval(1e-4,1e-1))", "optim.momentum=choice(0.9,0.99)"])
-    assert pbt.check_params(ok, pbt.TRAINER_MUTABLE) is None
+    assert pbt.check_params(ok, RETUNABLE) is None
     for arg, says in [("model.hidden=choice(16,32)", "cannot change 'model.hidden' mid-run"),
                       ("batch_size=choice(32,64)", "cannot change 'batch_size' mid-run"),
                       ("lr=tag(int,interval(1,5))", "continuous intervals and choices only"),
                       ("lr=range(0.1,0.5,0.1)", "continuous intervals and choices only")]:
         space, problems = parse([arg])
         assert not problems
-        line = pbt.check_params(space, pbt.TRAINER_MUTABLE)
+        line = pbt.check_params(space, RETUNABLE)
         assert line is not None and says in line and "\n" not in line, line
     anything, _ = parse(["model.hidden=choice(16,32)"])
     assert pbt.check_params(anything, None) is None  # an app that does not say what it can change

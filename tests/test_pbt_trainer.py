@@ -7,7 +7,8 @@ import torch
 from trainer_helpers import compose
 
 from hpctrain.train.distributed import DistInfo
-from hpctrain.train.trainer import Trainer, read_schedule
+from hpctrain.schema import read_schedule
+from hpctrain.train.trainer import Trainer
 
 BASE = ["log_every=5", "eval_every=5", "ckpt_every=5", "warmup_steps=2", "min_lr_ratio=1.0",
         "data.train_size=256", "data.val_size=64", "model.hidden=16", "lr=0.01"]
@@ -64,6 +65,15 @@ def test_a_schedule_entry_at_step_0_and_a_resume_in_the_middle_of_one(tmp_path):
 def test_a_bad_schedule_is_refused(bad, says):
     with pytest.raises(ValueError, match=says.replace("[", r"\[").replace("]", r"\]")):
         read_schedule(bad)
+
+
+def test_a_value_the_optimizer_does_not_hold_fails_the_run_instead_of_changing_nothing(tmp_path):
+    # AdamW has no momentum: the entry would be a silent no-op (the login node refuses it from the config's
+    # optim keys; the trainer checks the optimizer itself, e.g. for a user's own optimizer)
+    with pytest.raises(ValueError, match="optim.momentum: the optimizer AdamW has no 'momentum'"):
+        Trainer(compose(BASE + ["max_steps=5", "schedule=[{step:0,optim.momentum:0.5}]"]), tmp_path, DistInfo())
+    t = Trainer(compose(BASE + ["max_steps=5", "schedule=[{step:0,optim.eps:1e-6}]"]), tmp_path / "ok", DistInfo())
+    assert [g["eps"] for g in t.optimizer.param_groups] == [1e-6, 1e-6]
 
 
 # ---------------------------------------------------------------- an exploit as the trainer sees it

@@ -139,8 +139,8 @@ def test_restarts_and_a_rerun_of_a_failed_run(tmp_path, fake_squeue):
 
 
 def test_sacct_completed_without_a_recorded_completion_is_failed(tmp_path, fake_squeue):
-    """A job script exits 0 whatever its run did (submitit catches the error, the teardown ends with
-    ``|| true``): sacct's COMPLETED alone must not make a run completed."""
+    """A job script can exit 0 with its run unfinished (an app that returns early, a job script of an
+    older submission): sacct's COMPLETED alone must not make a run completed."""
     fake_squeue([], acct=["100_0|COMPLETED", "100_1|COMPLETED"])
     sweep = make_sweep(tmp_path / "s", {
         0: {"metrics": RUNNING, "record": [SUBMITTED, started("100_0")]},

@@ -115,7 +115,9 @@ def test_dry_run_script_makes_sense_and_slurm_accepts_it(dry_run):
     ended = shlex.split(teardown.splitlines()[1])
     assert ended[ended.index("-m") + 1:] == ["hpctrain.job.attempt_ended",
                                              str(tmp_path / "sweep" / ".hpctrain" / "submission-0.runs.json"),
-                                             "${SLURM_ARRAY_TASK_ID:-0}", "$hpctrain_rc", "1", "||", "true"]
+                                             "${SLURM_ARRAY_TASK_ID:-0}", "$hpctrain_rc", "1", "||", "echo",
+                                             "hpctrain: recording how the attempt ended failed (exit code $?)", ">&2"]
+    assert teardown.splitlines()[2] == 'exit "$hpctrain_rc"'  # the job's exit code is its step's
 
     # Slurm itself accepts the script (validated by the controller, nothing queued)
     path = tmp_path / "job.sh"

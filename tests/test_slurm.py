@@ -105,6 +105,17 @@ def test_crash_is_retried_and_always_failing_run_ends_failed(tmp_path):
     assert record["status"] == "failed" and "Boom: this model always fails" in record["error"]
     assert record_kinds(flaky) == ["submitted", "started", "failed", "retrying", "started", "completed"]
     assert record_kinds(boom) == ["submitted", "started", "failed", "retrying", "started", "failed"]
+    # the job ends as its step did: accounting (and --mail-type=FAIL, afterok) sees the failed run fail
+    job = job_id(sweep)
+
+    def final_states():
+        out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", f"{job}_1,{job}_2", "-o", "JobID,State"],
+                             capture_output=True, text=True).stdout
+        return dict(line.split("|")[:2] for line in out.split())
+
+    wait_for(lambda: set(final_states().values()) <= {"FAILED", "COMPLETED"} and len(final_states()) == 2, 60,
+             "accounting to hold both jobs' ends")
+    assert final_states() == {f"{job}_1": "FAILED", f"{job}_2": "COMPLETED"}
 
 
 def test_preempted_two_rank_run_agrees_on_the_step_and_resumes(tmp_path):

@@ -195,8 +195,8 @@ class _Judge:
             acct = self.sacct(job_id)
             if acct in slurm_parse.SACCT_FINAL:
                 if slurm_parse.SACCT_FINAL[acct] is State.COMPLETED:
-                    # the job script ended well (its last line is `|| true`), but the run never recorded
-                    # its completion: it ended without a result
+                    # the job script ended well (its step's exit code 0), but the run never recorded its
+                    # completion: it ended without a result
                     return State.FAILED, f"sacct: {acct}, but the run never recorded its completion: see its log"
                 return slurm_parse.SACCT_FINAL[acct], f"sacct: {acct}"
             outcome = jobs.result_outcome(folder, job_id)

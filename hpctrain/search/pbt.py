@@ -24,10 +24,6 @@ from hpctrain.search.space import CATEGORICAL, Param, Space
 
 PERTURB = (0.8, 1.2)
 QUANTILE, RESAMPLE_P = 0.25, 0.25  # the defaults
-# The keys hpctrain's trainer takes from the config on resume (Trainer.retune): the optimizer's
-# param-group values, the base learning rate and gradient clipping. Any other key (model shape, data,
-# batch size, seed, ...) is fixed for a run's life.
-TRAINER_MUTABLE = ("lr", "grad_clip", "optim.weight_decay", "optim.momentum", "optim.eps", "optim.dampening")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any, List, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hpctrain.schema import OBJECTIVE_MODES, PRECISIONS
+from hpctrain.schema import OBJECTIVE_MODES, PRECISIONS, read_schedule
 
 
 def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[str, Any]] = None) -> List[str]:
@@ -43,6 +43,7 @@ def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[s
     expect(str(cfg.precision) in PRECISIONS, "precision", f"one of {', '.join(PRECISIONS)}")
     expect(cfg.log_every >= 1, "log_every", "an integer >= 1")
     expect(cfg.eval_every >= 0, "eval_every", "an integer >= 0 (0: only at the end)")
+    expect(cfg.eval_batches >= 0, "eval_batches", "an integer >= 0 (0: the whole validation set)")
     expect(cfg.ckpt_every >= 0, "ckpt_every", "an integer >= 0 (0: only at the end)")
     expect(cfg.warmup_steps >= 0, "warmup_steps", "an integer >= 0")
     expect(0 <= cfg.min_lr_ratio <= 1, "min_lr_ratio", "a number in [0, 1]")
@@ -75,6 +76,10 @@ def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[s
         if error:
             problems.append(f"{group}._target_={target!r}: {error}")
     problems += _metrics_problems(plain)
+    try:
+        read_schedule(plain.get("schedule"), (plain.get("optim") or {}).keys())
+    except (ValueError, TypeError) as exc:
+        problems.append(str(exc))
     return problems
 
 

@@ -52,9 +52,10 @@ def weighted_means(totals: torch.Tensor, names: list) -> Dict[str, float]:
 def evaluate(model: nn.Module, val_set: Dataset, forward: Forward, metric_fns: Dict[str, Callable[..., Any]],
              micro_bs: int, info: DistInfo, autocast: Callable[[], contextlib.AbstractContextManager],
              max_batches: int = 20) -> Dict[str, float]:
-    """``val/loss`` and ``val/<metric>``: sample-weighted means over the same samples at any world size."""
+    """``val/loss`` and ``val/<metric>``: sample-weighted means over the same samples at any world size:
+    the first ``max_batches`` global micro-batches of ``val_set`` (0: all of it)."""
     device = info.device
-    n = min(len(val_set), max_batches * micro_bs * info.world_size)
+    n = len(val_set) if max_batches <= 0 else min(len(val_set), max_batches * micro_bs * info.world_size)
     loader = DataLoader(val_set, batch_size=micro_bs, sampler=list(range(info.rank, n, info.world_size)),
                         collate_fn=getattr(val_set, "collate", None), pin_memory=device.type == "cuda")
     names = ["val/loss"] + [f"val/{name}" for name in metric_fns]

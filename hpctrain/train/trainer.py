@@ -22,6 +22,7 @@ from hpctrain.core import paths as runfiles
 from hpctrain.core import summary
 from hpctrain.core.redact import redact_config
 from hpctrain.core.state import State
+from hpctrain.schema import RETUNABLE, read_schedule
 from hpctrain.train import hparams, preflight
 from hpctrain.train.batches import tokens_per_sample
 from hpctrain.train.build import build_data, build_loss, build_metrics, build_model, build_optimizer
@@ -57,24 +58,6 @@ def lr_lambda(warmup: int, total: int, min_ratio: float):
     return factor
 
 
-def read_schedule(entries: Any) -> Dict[int, Dict[str, Any]]:
-    """The ``schedule`` key, ``[{step: N, lr: ..., optim.weight_decay: ...}, ...]``, as ``{N: {key: value}}``:
-    from step N on, those values (a PBT trial's schedule replayed as one run)."""
-    out: Dict[int, Dict[str, Any]] = {}
-    for i, entry in enumerate(entries or ()):
-        entry = dict(entry)
-        step = entry.pop("step", None)
-        if not isinstance(step, int) or step < 0:
-            raise ValueError(f"schedule[{i}]: expected an integer step >= 0, got {step!r}")
-        for key in entry:
-            if key not in RETUNABLE and not key.startswith("optim."):
-                raise ValueError(f"schedule[{i}].{key}: cannot change during a run "
-                                 f"(expected {', '.join(RETUNABLE)} or optim.<key>)")
-        out.setdefault(step, {}).update(entry)
-    return out
-
-
-RETUNABLE = ("lr", "grad_clip")  # besides optim.<key>: what Trainer.retune can change mid-run
 
 
 @dataclass(frozen=True)
@@ -179,8 +162,14 @@ class Trainer:
             elif key == "grad_clip":
                 if self.every.grad_clip != float(value):
                     self.every = replace(self.every, grad_clip=float(value))
-            elif key.startswith("optim."):
+            elif key in RETUNABLE:
                 name = key[len("optim."):]
+                if not any(name in group for group in groups):
+                    if self.cfg.optim.get(name) == value:  # the optimizer took its own kwarg and kept no copy
+                        continue
+                    # e.g. a schedule's optim.momentum for AdamW: it would silently change nothing
+                    raise ValueError(f"{key}: the optimizer {type(self.optimizer).__name__} has no {name!r} "
+                                     f"to change (its param groups hold {', '.join(sorted(groups[0]))})")
                 for i, group in enumerate(groups):
                     if name in group and not (name == "weight_decay" and i > 0):  # biases and gains keep 0
                         old = group[name]
@@ -293,7 +282,7 @@ class Trainer:
         if self.val_set is not None:
             self.model.eval()
             val = evaluate(self.raw_model, self.val_set, self.forward, self.metric_fns, self.micro_bs, self.info,
-                           self.autocast)
+                           self.autocast, max_batches=int(self.cfg.eval_batches))
             self.model.train()
             last.update(val)
             self.logger.scalars(val, self.step)

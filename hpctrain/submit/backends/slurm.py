@@ -94,7 +94,9 @@ class SlurmLauncher(BaseLauncher):
         return [
             "hpctrain_rc=$?",  # srun's exit status: must be the first line after the srun line
             f"{python} -m hpctrain.job.attempt_ended {shlex.quote(str(runs_file))} "
-            f'"{index}" "$hpctrain_rc" {int(self.params.max_retries)} || true',
+            f'"{index}" "$hpctrain_rc" {int(self.params.max_retries)} '
+            '|| echo "hpctrain: recording how the attempt ended failed (exit code $?)" >&2',
+            'exit "$hpctrain_rc"',  # the job ends as its step did: sacct, --mail-type=FAIL and afterok see a failure
         ]
 
     def array_parameters(self, python: str, runs_file: Path, chunk: arrays.Chunk) -> Dict[str, Any]:
