@@ -174,9 +174,10 @@ class SearchWorker:
             config.hydra.sweep.subdir = dirname
             config.hydra.job.num = a.number
             config.hydra.job.id = f"{me}_trial{a.number}"
-        HydraConfig.instance().set_config(config)
         lead = study is not None
         if lead:
+            if OmegaConf.is_interpolation(config, "max_steps"):  # it may read ${hydra:...}: this unit's, then
+                HydraConfig.instance().set_config(config)  # (run_job sets it for the run in any case)
             self._register(a, dirname, overrides, me, OmegaConf.select(config, "max_steps", default=None))
         trial = live_trial(study, a.trial_id) if lead else None
         beat = _Heartbeat(studies.alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
