@@ -54,7 +54,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from hpctrain._compat import optuna as optuna_compat
@@ -372,7 +372,7 @@ def _is_zombie(pid: int) -> bool:
 def trials_lock(sweep_dir: "str | Path") -> Iterator[None]:
     """A short lock for quick decisions (never held across a slow call). It may be broken by a waiter
     after its grace period: what must not be decided twice is fenced by :func:`claim`, not by it."""
-    lock = JournalFileOpenLock(str(SweepPaths(sweep_dir).trials), grace_period=lock_grace_s())
+    lock = journal.PromptOpenLock(str(SweepPaths(sweep_dir).trials), grace_period=lock_grace_s())
     lock.acquire()
     try:
         yield
