@@ -17,6 +17,7 @@ that step and, before ``max_steps``, records the trial ``paused`` and marks its 
 (waiting, uncapped, while other units run whose results may bring a promotion).
 """
 
+import gc
 import json
 import math
 import os
@@ -72,6 +73,10 @@ class SearchWorker:
             self.hydra_context, self.task_function, self.config, singleton_state = cloudpickle.load(f)
         Singleton.set_state(singleton_state)
         setup_globals()
+        # what lives for the whole task (modules, the payload) out of the collector's full passes, which it
+        # would walk again at every one of them, in a unit or between two
+        gc.collect()
+        gc.freeze()
         self.ranks = env.num_tasks
         if env.global_rank == 0:
             return self._lead(env, worker)
