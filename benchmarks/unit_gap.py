@@ -1,15 +1,17 @@
 """The gap between one search worker's units, measured on this machine (issue 21 (c) without the cluster).
 
-    .venv/bin/python benchmarks/unit_gap.py                      # 4 local workers, 16 trials, seed 0
+    .venv/bin/python benchmarks/unit_gap.py                      # 4 local workers, 32 trials, seed 0
+    .venv/bin/python benchmarks/unit_gap.py --seed 1             # the README's figures: seeds 0, 1, 2
     .venv/bin/python benchmarks/unit_gap.py --workers 1 --trials 8 --keep /tmp/gap-sweep
 
 Runs the promotion-ASHA study of ``benchmarks/schedulers.py`` (its ``common()``, ``task()`` and ``asha()``
-overrides: hpctrain's trainer on its classification set, TPE, rungs 30, 90, 180) with ``hydra/launcher=local``
-(``hydra.launcher.max_parallel`` = the workers) instead of Slurm, then reads the runs' records exactly as
-``schedulers.units()`` does: a unit is a ``started`` event up to the trial's next ``paused``/``completed``/
-``pruned``/``failed`` (or ``started``) event; the gap is from one unit's end to the same worker's next
-``started``. Prints the mean unit length, the mean gap (and its median) and the share of each worker's span in
-units (mean over workers, lowest), with the load average before and after. Run from the repository root.
+overrides: hpctrain's trainer on its classification set, TPE, 32 trials, rungs 30, 90, 180) with
+``hydra/launcher=local`` (``hydra.launcher.max_parallel`` = the workers) instead of Slurm, then reads the
+runs' records exactly as ``schedulers.units()`` does: a unit is a ``started`` event up to the trial's next
+``paused``/``completed``/``pruned``/``failed`` (or ``started``) event; the gap is from one unit's end to the
+same worker's next ``started``. Prints the mean unit length, the mean gap (and its median) and the share of
+each worker's span in units (mean over workers, lowest), with the load average before and after. Run from
+the repository root.
 """
 
 import argparse
@@ -34,7 +36,7 @@ def load() -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trials", type=int, default=16)
+    p.add_argument("--trials", type=int, default=32)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=180)

@@ -11,7 +11,7 @@ from hpctrain.search.journal import PromptOpenLock, RepairingOpenLock
 
 def test_one_holder_at_a_time_and_the_waiter_gets_it_after_the_release(tmp_path):
     order = []
-    holder, waiter = PromptOpenLock(str(tmp_path / "x"), grace_period=30), PromptOpenLock(str(tmp_path / "x"), grace_period=30)
+    holder, waiter = (PromptOpenLock(str(tmp_path / "x"), grace_period=30) for _ in range(2))
     holder.acquire()
     got = threading.Event()
 
