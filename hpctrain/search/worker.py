@@ -225,7 +225,7 @@ class SearchWorker:
             m.runs[a.number] = entry
 
         # a unit of a trial whose entry says the same already (this worker's earlier unit, the same params):
-        # nothing to write; only the worker holding the trial's lease writes its entry, so no lock to read it
+        # the locked rewrite would leave the same file
         written = ((read_json(SweepPaths(sweep).manifest) or {}).get("runs") or {}).get(str(a.number))
         if written != json.loads(json.dumps(entry.to_json(sweep), default=str)):
             manifest.update(sweep, add)
