@@ -271,3 +271,11 @@ def test_login_node_compat_modules_import_nothing_heavy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_node_flag_is_a_nodes_own_flag_not_the_inherited_one():
+    cfg = OmegaConf.create({"a": {"b": 1}})
+    OmegaConf.set_readonly(cfg, True)
+    assert omegaconf_compat.node_flag(cfg, "readonly") is True and omegaconf_compat.node_flag(cfg.a, "readonly") is None
+    OmegaConf.set_readonly(cfg.a, False)
+    assert omegaconf_compat.node_flag(cfg.a, "readonly") is False

@@ -5,6 +5,7 @@ Not login-marked: these need torch or Optuna (test_compat.py holds the login-nod
 """
 
 import inspect
+import os
 
 import pytest
 
@@ -115,3 +116,14 @@ def test_settle_failed_records_the_reason_and_leaves_a_settled_trial_alone(study
     assert done.system_attrs["hpctrain:failed"] == "its worker died 2 time(s) while running it"
     settle_failed(study, done, "again")  # settled already (by another worker): nothing changes, no error
     assert study.get_trials()[0].system_attrs["hpctrain:failed"] == "its worker died 2 time(s) while running it"
+
+
+def test_lock_file_is_the_file_optunas_open_lock_creates(tmp_path):
+    from optuna.storages.journal import JournalFileOpenLock
+
+    lock = JournalFileOpenLock(str(tmp_path / "x"), grace_period=30)
+    path = optuna_compat.lock_file(lock)
+    JournalFileOpenLock.acquire(lock)  # Optuna's own acquire
+    assert os.path.exists(path) and os.path.dirname(path) == str(tmp_path)
+    lock.release()
+    assert not os.path.exists(path)

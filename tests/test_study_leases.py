@@ -396,3 +396,21 @@ def test_time_left_from_slurms_end_time(monkeypatch):
     assert _time_left() is None
     monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time()) + 100))
     assert 90 < _time_left() <= 100
+
+
+def test_leases_read_through_a_workers_claims_cache_are_the_newest_generation(tmp_path, world):
+    """A worker keeps the claim files it read (a claim is never written again): a newer generation, another
+    worker's, is still seen at once, and an unreadable claim is read again next time, not kept."""
+    s = make_settings(n_trials=1)
+    a, b = _worker(world, tmp_path, s, "5_0"), _worker(world, tmp_path, s, "5_1")
+    held = a.leases.next_trial(a.study)
+    assert a.leases.holds(held) and a.leases.claims  # read once: kept
+    assert studies.claim(tmp_path, held.number, held.gen + 1, "5_1", world.now, released=True) is not None
+    assert not a.leases.holds(held)  # the cached generation is not the newest any more
+    assert studies.read_leases(tmp_path, a.leases.claims) == studies.read_leases(tmp_path)
+    torn = Path(studies.claim_path(tmp_path, held.number, held.gen + 2))
+    torn.write_text("")  # as a claim seen before its content (a reader on another host)
+    assert (studies.read_leases(tmp_path, b.leases.claims).get(held.number) or {}).get("gen") != held.gen + 2
+    torn.write_text('{"owner": "5_0", "number": 0}')
+    got = studies.read_leases(tmp_path, b.leases.claims)[held.number]
+    assert got["gen"] == held.gen + 2 and got["owner"] == "5_0"

@@ -24,3 +24,8 @@ def interpolation_parser_memoized() -> Iterator[None]:
         yield
     finally:
         ombase.parse = original
+
+
+def node_flag(node: object, name: str) -> "bool | None":
+    """A node's own flag (``readonly``, ``struct``): True, False, or None when it inherits its parent's."""
+    return node._get_node_flag(name)  # type: ignore[attr-defined]

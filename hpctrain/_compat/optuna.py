@@ -60,3 +60,8 @@ class PausedAsPruned:
     @property
     def trials(self) -> list:
         return self._get_trials()
+
+
+def lock_file(lock: Any) -> str:
+    """The file whose exclusive creation is a ``JournalFileOpenLock`` (``<path>.lock``)."""
+    return lock._lock_file

@@ -54,7 +54,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from hpctrain._compat import optuna as optuna_compat
@@ -258,8 +258,11 @@ def alive_path(sweep_dir: "str | Path", number: int, owner: str) -> str:
     return os.path.join(leases_dir(sweep_dir), f"{number}.{owner.replace('/', '_')}.alive")
 
 
-def read_leases(sweep_dir: "str | Path") -> Dict[int, Dict[str, Any]]:
-    """Every trial's current lease: its claim of the highest generation (one directory listing)."""
+def read_leases(sweep_dir: "str | Path", claims: Optional[Dict[str, Dict[str, Any]]] = None
+                ) -> Dict[int, Dict[str, Any]]:
+    """Every trial's current lease: its claim of the highest generation (one directory listing).
+    ``claims``: the claim files read before (path -> content), kept by the caller: a claim file is created
+    whole and never written again (a new generation is a new file), so its content is read once."""
     newest: Dict[int, int] = {}
     legacy: Set[int] = set()
     try:
@@ -275,7 +278,12 @@ def read_leases(sweep_dir: "str | Path") -> Dict[int, Dict[str, Any]]:
             legacy.add(int(parts[0]))
     out: Dict[int, Dict[str, Any]] = {}
     for number, gen in newest.items():
-        lease = read_json(claim_path(sweep_dir, number, gen))
+        path = claim_path(sweep_dir, number, gen)
+        lease = claims.get(path) if claims is not None else None
+        if lease is None:
+            lease = read_json(path)
+            if lease is not None and claims is not None:
+                claims[path] = lease
         if lease is not None:
             out[number] = {**lease, "gen": gen}
     for number in legacy - set(out):  # a study begun before claims: its lease is generation 0
@@ -285,8 +293,9 @@ def read_leases(sweep_dir: "str | Path") -> Dict[int, Dict[str, Any]]:
     return out
 
 
-def read_lease(sweep_dir: "str | Path", number: int) -> Optional[Dict[str, Any]]:
-    return read_leases(sweep_dir).get(number)
+def read_lease(sweep_dir: "str | Path", number: int,
+               claims: Optional[Dict[str, Dict[str, Any]]] = None) -> Optional[Dict[str, Any]]:
+    return read_leases(sweep_dir, claims).get(number)
 
 
 def claim(sweep_dir: "str | Path", number: int, gen: int, owner: str, now: float,
@@ -363,7 +372,7 @@ def _is_zombie(pid: int) -> bool:
 def trials_lock(sweep_dir: "str | Path") -> Iterator[None]:
     """A short lock for quick decisions (never held across a slow call). It may be broken by a waiter
     after its grace period: what must not be decided twice is fenced by :func:`claim`, not by it."""
-    lock = JournalFileOpenLock(str(SweepPaths(sweep_dir).trials), grace_period=lock_grace_s())
+    lock = journal.PromptOpenLock(str(SweepPaths(sweep_dir).trials), grace_period=lock_grace_s())
     lock.acquire()
     try:
         yield
@@ -411,6 +420,7 @@ class Leases:
         self.gone_jobs: Set[str] = set()  # a job the queue answered without: gone for good (a requeue keeps its id queued)
         self.scheduler = build_scheduler(settings)
         self.ended: List[Any] = []  # (number, step, params) of paused trials this worker ended pruned
+        self.claims: Dict[str, Dict[str, Any]] = {}  # claim files read so far (read_leases)
         # writes an ended trial's record (the worker's; quick file writes): called before the study is told
         self.end_hook: Callable[[int, Optional[int], Dict[str, Any]], None] = lambda *e: self.ended.append(e)
 
@@ -427,7 +437,7 @@ class Leases:
         squeue for all the jobs, process checks) are made here, under no lock. ``confirm``: ask the queue
         about beating Slurm owners too (a killed job's heartbeat stays fresh for a few seconds)."""
         running = [t.number for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
-        leases = read_leases(self.sweep_dir)
+        leases = read_leases(self.sweep_dir, self.claims)
         seen: Dict[int, Seen] = {}
         ask: Dict[int, str] = {}
         beating: Dict[int, bool] = {}
@@ -492,7 +502,7 @@ class Leases:
     def decide(self, study: optuna.Study, seen: Dict[int, Seen]) -> "Assignment | Next":
         s, me, now = self.settings, self.me, self.clock()
         trials = study.get_trials(deepcopy=False)
-        leases = read_leases(self.sweep_dir)
+        leases = read_leases(self.sweep_dir, self.claims)
         running = [t for t in trials if t.state == TrialState.RUNNING]
         undecided = False
         for t in running:  # our own, from before a requeue
@@ -560,7 +570,7 @@ class Leases:
             return Next.WAIT
         trial = study.ask()  # the sampler's per-parameter work waits for _fill_params, outside the lock
         if trial.number != number:  # someone asked without claiming first (not hpctrain): claim what we got
-            gen = int((read_lease(self.sweep_dir, trial.number) or {"gen": 0})["gen"]) + 1
+            gen = int((read_lease(self.sweep_dir, trial.number, self.claims) or {"gen": 0})["gen"]) + 1
             unit = unit.numbered(trial.number) if unit else None
             if self._claim(trial.number, gen, 0, unit=unit.fields() if unit else None) is None:
                 return Next.WAIT
@@ -635,7 +645,7 @@ class Leases:
 
     # ------------------------------------------------------------ the holder's side
     def holds(self, a: Assignment) -> bool:
-        lease = read_lease(self.sweep_dir, a.number)
+        lease = read_lease(self.sweep_dir, a.number, self.claims)
         return lease is not None and lease.get("owner") == self.me and int(lease["gen"]) == a.gen \
             and not lease.get("released") and not _resting(lease)
 

@@ -17,6 +17,8 @@ that step and, before ``max_steps``, records the trial ``paused`` and marks its 
 (waiting, uncapped, while other units run whose results may bring a promotion).
 """
 
+import gc
+import json
 import math
 import os
 import threading
@@ -71,6 +73,11 @@ class SearchWorker:
             self.hydra_context, self.task_function, self.config, singleton_state = cloudpickle.load(f)
         Singleton.set_state(singleton_state)
         setup_globals()
+        # what lives for the whole task (modules, the payload) out of the collector's full passes, which it
+        # would walk again at every one of them, in a unit or between two
+        gc.collect()
+        gc.freeze()
+        self.ranks = env.num_tasks
         if env.global_rank == 0:
             return self._lead(env, worker)
         return self._follow(env)
@@ -135,6 +142,8 @@ class SearchWorker:
 
     def _announce(self, me: str, seq: int, a: Optional[studies.Assignment]) -> None:
         """Tell this task's other ranks which trial comes next (or that none does)."""
+        if self.ranks == 1:
+            return  # no other rank reads it
         msg = {"attempt": _attempt(), "seq": seq, "stop": a is None}
         if a is not None:
             msg.update(number=a.number, trial_id=a.trial_id, params=a.params, how=a.how,
@@ -174,9 +183,10 @@ class SearchWorker:
             config.hydra.sweep.subdir = dirname
             config.hydra.job.num = a.number
             config.hydra.job.id = f"{me}_trial{a.number}"
-        HydraConfig.instance().set_config(config)
         lead = study is not None
         if lead:
+            if OmegaConf.is_interpolation(config, "max_steps"):  # it may read ${hydra:...}: this unit's, then
+                HydraConfig.instance().set_config(config)  # (run_job sets it for the run in any case)
             self._register(a, dirname, overrides, me, OmegaConf.select(config, "max_steps", default=None))
         trial = live_trial(study, a.trial_id) if lead else None
         beat = _Heartbeat(studies.alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
@@ -208,11 +218,17 @@ class SearchWorker:
         """The trial as a run of the sweep (sweep.json, its record and events), for status and report."""
         sweep = Path(self.sweep_dir)
         run_dir = sweep / dirname
-        def add(m: manifest.Manifest) -> None:
-            spec = RunSpec(a.number, tuple(overrides), run_dir.absolute(), max_steps)
-            m.runs[a.number] = manifest.RunEntry(spec, me, {"trial": a.number, "params": a.params})
+        entry = manifest.RunEntry(RunSpec(a.number, tuple(overrides), run_dir.absolute(), max_steps), me,
+                                  {"trial": a.number, "params": a.params})
 
-        manifest.update(sweep, add)
+        def add(m: manifest.Manifest) -> None:
+            m.runs[a.number] = entry
+
+        # a unit of a trial whose entry says the same already (this worker's earlier unit, the same params):
+        # the locked rewrite would leave the same file
+        written = ((read_json(SweepPaths(sweep).manifest) or {}).get("runs") or {}).get(str(a.number))
+        if written != json.loads(json.dumps(entry.to_json(sweep), default=str)):
+            manifest.update(sweep, add)
         if a.how == "new":
             events.submitted(run_dir, trial=a.number)
         unit = {"unit": a.unit.fields()} if a.unit is not None else {}
