@@ -10,10 +10,13 @@ A preemption can also come as SIGTERM with a grace time (``PreemptMode=REQUEUE``
 ``GraceTime``, no user signal), which submitit ignores. A user's ``scancel``, the time limit and a requeue
 send SIGTERM too; Slurm tells them apart by the job's state: those have ended the job (COMPLETING,
 CANCELLED, TIMEOUT, REQUEUED) by the time they signal, while a preemption's grace time (and
-``scancel --signal=TERM``) leaves it RUNNING. So on a SIGTERM rank 0 asks Slurm once
-(:func:`term_is_preemption`): a running job is treated as USR2 (checkpoint, ``requeued``, requeue); anything
-else, or no answer, leaves the TERM to end the job as before. Rank 0 alone asks: the trainer's agreed stop
-flag takes its decision to the other ranks.
+``scancel --signal=TERM``) leaves it RUNNING, with ``PreemptTime`` set for a preemption. So on a SIGTERM
+rank 0 asks Slurm once (:func:`term_is_preemption`): a running job is treated as USR2 (checkpoint,
+``requeued``, requeue); anything else, or no answer, leaves the TERM to end the job as before. Rank 0 alone
+asks: the trainer's agreed stop flag takes its decision to the other ranks. A preemption without a grace time
+(or at the grace time's end) is a requeue by Slurm itself: COMPLETING with ``Restarts`` above this attempt's
+``SLURM_RESTART_COUNT`` (:attr:`Term.REQUEUED`); its SIGKILL follows at once, and the run resumes from its
+last checkpoint.
 """
 
 import os
@@ -21,9 +24,18 @@ import signal
 import sys
 import time
 import types
+from enum import Enum
 from typing import Any, Callable, Dict, Optional
 
 TERM_BY_PARENT_ENV = "HPCTRAIN_TERM_BY_PARENT"  # a packed run: the task's parent decides what a SIGTERM means
+
+
+class Term(Enum):
+    """What a SIGTERM to a Slurm job step means, from the job's state when it came."""
+
+    PREEMPTION = "preemption"  # the job runs on (a grace time, scancel --signal=TERM): checkpoint and requeue
+    REQUEUED = "requeued"  # Slurm requeued the job itself (preempted without grace time): the SIGKILL follows
+    END = "end"  # the job ended (scancel, the time limit): the TERM ends the run
 
 
 class PreemptionGuard:
@@ -117,8 +129,8 @@ def decides_term() -> bool:
 
 
 def term_is_preemption(job_id: Optional[str] = None, timeout_s: float = 15.0) -> bool:
-    """Whether the SIGTERM this job got is a preemption: Slurm says the job is still running (or was
-    preempted). No answer from Slurm counts as no: the TERM then ends the job as before."""
+    """Whether the SIGTERM this job got is a preemption's grace time (:func:`term_meaning`). No answer from
+    Slurm counts as no: the TERM then ends the job as before."""
     from hpctrain.slurm import parse, query
 
     job_id = job_id or os.environ.get("SLURM_JOB_ID", "")
@@ -130,11 +142,38 @@ def term_is_preemption(job_id: Optional[str] = None, timeout_s: float = 15.0) ->
               f"taken as the end of the job", file=sys.stderr, flush=True)
         return False
     lines = [ln for ln in ans.stdout.splitlines() if ln.strip()]
-    return bool(lines) and preempted_by_term(parse.parse_fields(lines[0]))
+    meaning = term_meaning(parse.parse_fields(lines[0]), restarts_so_far()) if lines else Term.END
+    if meaning is Term.REQUEUED:
+        print("hpctrain: SIGTERM with the job already requeued by Slurm (a preemption without grace time): "
+              "the run resumes from its last checkpoint", file=sys.stderr, flush=True)
+    return meaning is Term.PREEMPTION
+
+
+def restarts_so_far() -> int:
+    """This attempt's ``SLURM_RESTART_COUNT`` (unset on the first attempt)."""
+    try:
+        return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    except ValueError:
+        return 0
+
+
+def term_meaning(job: Dict[str, str], restarts: int) -> Term:
+    """From ``scontrol show job -o`` fields: RUNNING (a preemption's grace time, ``scancel --signal=TERM``)
+    or PREEMPTED is a preemption; COMPLETING (or pending again) with ``Restarts`` above this attempt's
+    ``restarts`` is Slurm's own requeue; anything else (``scancel``, the time limit: COMPLETING with the
+    same ``Restarts``, CANCELLED, TIMEOUT...) ended the job."""
+    state = job.get("JobState", "").split("+")[0]
+    if state in ("RUNNING", "PREEMPTED"):
+        return Term.PREEMPTION
+    try:
+        requeued = int(job.get("Restarts", "0")) > restarts
+    except ValueError:
+        requeued = False
+    if requeued and state in ("COMPLETING", "REQUEUED", "PENDING"):
+        return Term.REQUEUED
+    return Term.END
 
 
 def preempted_by_term(job: Dict[str, str]) -> bool:
-    """From ``scontrol show job -o`` fields: a SIGTERM that leaves the job RUNNING (a preemption's grace time,
-    ``scancel --signal=TERM``) or PREEMPTED; not one that ended it (``scancel``, the time limit, a
-    requeue: COMPLETING, CANCELLED, TIMEOUT, REQUEUED...)."""
-    return job.get("JobState", "").split("+")[0] in ("RUNNING", "PREEMPTED")
+    """Whether those fields say a preemption's grace time, on a first attempt (:func:`term_meaning`)."""
+    return term_meaning(job, 0) is Term.PREEMPTION
