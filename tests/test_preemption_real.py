@@ -141,5 +141,6 @@ def test_a_preemption_without_grace_time_resumes_from_the_last_checkpoint(tmp_pa
         _ended(job)
         assert _sacct_states(job) == ["PREEMPTED", "COMPLETED"]
         assert "SIGTERM with the job already requeued by Slurm" in _log(sweep)
+        assert "cannot say whether the job is preempted" not in _log(sweep)  # its scontrol outlived the 2nd TERM
     finally:
         subprocess.run(["scancel", job, urgent], capture_output=True)

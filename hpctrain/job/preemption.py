@@ -136,7 +136,12 @@ def term_is_preemption(job_id: Optional[str] = None, timeout_s: float = 15.0) ->
     job_id = job_id or os.environ.get("SLURM_JOB_ID", "")
     if not job_id:
         return False
-    ans = query.run(["scontrol", "show", "job", "-o", job_id], timeout_s=timeout_s)
+    # ignored through exec: Slurm's own requeue sends a second SIGTERM to every process of the job, scontrol too
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        ans = query.run(["scontrol", "show", "job", "-o", job_id], timeout_s=timeout_s)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if ans.stdout is None:
         print(f"hpctrain: SIGTERM, and Slurm cannot say whether the job is preempted ({ans.error}): "
               f"taken as the end of the job", file=sys.stderr, flush=True)
