@@ -4,7 +4,7 @@
 What Slurm does (docs/decisions.md, 2026-12-02): with a grace time the job steps get SIGTERM (not the batch
 shell) while the job stays RUNNING with ``PreemptTime`` set; 20 s later (or at once without a grace time)
 Slurm requeues the job: JobState=COMPLETING, ``Restarts`` one more, and everything, batch shell included,
-gets SIGTERM then SIGKILL.
+gets SIGTERM, then SIGKILL KillWait (5 s here) later.
 """
 
 import json
@@ -35,6 +35,9 @@ REQUEUED = ("JobId=1713 JobName=wrap JobState=COMPLETING Reason=None Dependency=
 CANCELLED = ("JobId=1714 JobName=wrap JobState=COMPLETING Reason=None Dependency=(null) Requeue=1 Restarts=0 "
              "BatchFlag=1 ExitCode=0:15 EndTime=2026-12-02T02:19:46 PreemptEligibleTime=2026-12-02T02:19:42 "
              "PreemptTime=None Partition=debug")  # a plain scancel
+NODE_DOWN = ("JobId=1846 JobName=wrap JobState=PENDING Reason=None Dependency=(null) Requeue=1 Restarts=1 BatchFlag=1 "
+             "ExitCode=0:0 StartTime=2026-12-02T02:54:08 EndTime=2027-12-02T02:54:08 "
+             "Partition=debug")  # scontrol update nodename=n2 state=down under it: requeued for the node failure
 
 
 def test_what_the_real_scontrol_lines_mean():
@@ -45,6 +48,7 @@ def test_what_the_real_scontrol_lines_mean():
     assert term_meaning(job(TERM_ONLY), restarts=0) is Term.PREEMPTION
     assert term_meaning(job(REQUEUED), restarts=0) is Term.REQUEUED
     assert term_meaning(job(CANCELLED), restarts=0) is Term.END
+    assert term_meaning(job(NODE_DOWN), restarts=0) is Term.END  # as before: test_record_slurm's node failure
     # a later attempt (SLURM_RESTART_COUNT=1) cancelled: Restarts is not more than the attempt's own
     assert term_meaning(job(REQUEUED), restarts=1) is Term.END
 
@@ -122,25 +126,41 @@ def test_a_packed_task_preempted_with_a_grace_time_checkpoints_its_runs(tmp_path
         subprocess.run(["scancel", job, urgent], capture_output=True)
 
 
+NO_GRACE = ["hydra.launcher.partition=short", "hydra.launcher.timeout_min=10"]
+
+
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
-def test_a_preemption_without_grace_time_resumes_from_the_last_checkpoint(tmp_path):
-    """On ``short`` (no grace time) Slurm requeues the job at once and kills it within a second: no
-    checkpoint at the signal, the run resumes from its last periodic one and ends completed; the job's log
-    says it was requeued, not ended."""
-    sweep, job, urgent = _preempted(tmp_path, ["seed=0", "hydra.launcher.partition=short",
-                                               "hydra.launcher.timeout_min=10"])
+def test_a_preemption_without_grace_time_checkpoints_before_the_kill_and_resumes(tmp_path):
+    """On ``short`` (no grace time) Slurm requeues the job at once; its SIGKILL comes KillWait (5 s) after
+    the SIGTERM: time for the checkpoint, recorded as for USR2, with no requeue of hpctrain's own."""
+    import hpctrain
+
+    sweep, job, urgent = _preempted(tmp_path, ["seed=0", *NO_GRACE])
     try:
         (run,) = run_dirs(sweep)
-        wait_for(lambda: metrics(run).get("status") == "completed", 240, "the run to complete")
-        assert record_kinds(run) == ["submitted", "started", "started", "completed"]
-        assert [e.data().get("slurm_restart_count") for e in events.events(run) if e.kind == "started"] == [None, 1]
-        resumed = int((run / "hpctrain.log").read_text().split("resumed from ")[1].split(" at step ")[1].split()[0])
-        assert resumed in (500, 1000, 1500, 2000, 2500)  # a periodic checkpoint (ckpt_every=500)
-        assert metrics(run)["step"] == 3000
+        _checkpointed_at_the_signal(run)
+        _ended(job)
+        assert _sacct_states(job) == ["PREEMPTED", "COMPLETED"]  # Slurm's requeue, not hpctrain's (REQUEUED)
+        log = _log(sweep)
+        assert "SIGTERM with the job already requeued by Slurm" in log
+        assert "cannot say whether the job is preempted" not in log  # its scontrol outlived the second SIGTERM
+        cost = hpctrain.load(sweep).runs[0].cost
+        assert (cost.attempts, cost.requeues, cost.redone_steps, cost.redone_unknown) == (2, 1, 0, 0)
+    finally:
+        subprocess.run(["scancel", job, urgent], capture_output=True)
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_a_packed_task_preempted_without_grace_time_checkpoints_its_runs(tmp_path):
+    sweep, job, urgent = _preempted(tmp_path, ["seed=range(2)", "hydra.launcher.runs_per_task=2", *NO_GRACE],
+                                    n_runs=2)
+    try:
+        for run in run_dirs(sweep):
+            _checkpointed_at_the_signal(run)
         _ended(job)
         assert _sacct_states(job) == ["PREEMPTED", "COMPLETED"]
         assert "SIGTERM with the job already requeued by Slurm" in _log(sweep)
-        assert "cannot say whether the job is preempted" not in _log(sweep)  # its scontrol outlived the 2nd TERM
     finally:
         subprocess.run(["scancel", job, urgent], capture_output=True)
