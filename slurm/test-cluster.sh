@@ -6,7 +6,10 @@
 # The GPUs are fake (symlinks to /dev/null, scheduling only) but typed, with core
 # affinity: nodes print `Gres=gpu:tesla:2(S:0)` as production clusters do.
 # TaskPlugin=task/affinity binds each task to its CPUs; MaxArraySize is
-# Slurm's default (1001).
+# Slurm's default (1001). Partitions: debug (default, all nodes), short (n1,
+# 10 min) and urgent (all nodes, a higher PriorityTier): an urgent job that
+# needs a node preempts debug's jobs (PreemptMode=REQUEUE, GraceTime=20 s on
+# debug: SIGTERM, then 20 s later the requeue).
 #
 #   slurm/test-cluster.sh start    install packages if missing, write config, start daemons
 #   slurm/test-cluster.sh stop     stop the daemons this script started (by PID file)
@@ -195,8 +198,13 @@ SlurmdPidFile=$STATE_DIR/slurmd-%n.pid
 SlurmdSpoolDir=$STATE_DIR/spool/slurmd-%n
 SlurmdLogFile=$STATE_DIR/log/slurmd-%n.log
 NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=[17001-17002] CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=4000 Gres=gpu:tesla:2 State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-PartitionName=short Nodes=n1 Default=NO MaxTime=10 State=UP
+# Preemption as production sites run it: a job of a higher tier requeues debug's jobs, which first get
+# SIGTERM and GraceTime seconds to checkpoint (debug and short are tier 1: they never preempt each other)
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=20
+PartitionName=short Nodes=n1 Default=NO MaxTime=10 State=UP PriorityTier=1
+PartitionName=urgent Nodes=ALL Default=NO MaxTime=INFINITE State=UP PriorityTier=2
 EOF
 }
 
@@ -444,7 +452,8 @@ cmd_start() {
     done
     wait_nodes_up "$since" "${started[@]}" || die "cluster did not come up; logs in $STATE_DIR/log"
     echo "test-cluster: up in $((SECONDS - t0))s: nodes ${NODES[*]} (2 CPUs, 4000 MB, gpu:tesla:2(S:0) each)," \
-        "partitions debug (default) + short, accounting (sacct); state $STATE_DIR"
+        "partitions debug (default) + short + urgent (preempts debug: requeue, 20 s grace), accounting (sacct);" \
+        "state $STATE_DIR"
 }
 
 cmd_stop() {

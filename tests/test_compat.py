@@ -208,6 +208,31 @@ def test_preemption_signal_is_usr2_by_default(monkeypatch):
     assert submitit_compat.preemption_signal() == signal.SIGUSR2
 
 
+class _Checkpointable:
+    def __call__(self, x: int) -> int:
+        return x
+
+    def checkpoint(self, x: int):
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(_Checkpointable(), x + 1)
+
+
+def test_checkpoint_for_requeue_writes_the_next_attempts_pickle_and_requeues_nothing(tmp_path):
+    """As submitit's USR2 handler before its ``scontrol requeue``: the job's checkpoint(), then its pickle."""
+    from submitit.core.job_environment import SignalHandler
+    from submitit.core.utils import DelayedSubmission, JobPaths
+
+    paths = JobPaths(tmp_path, job_id="1234", task_id=0)
+    delayed = DelayedSubmission(_Checkpointable(), 1)
+    delayed.set_timeout(10, 3)
+    env = types.SimpleNamespace(_requeue=lambda countdown: pytest.fail("requeued"))
+    handler = SignalHandler(env, paths, delayed)  # type: ignore[arg-type]
+    submitit_compat.checkpoint_for_requeue(handler.checkpoint_and_try_requeue)
+    again = DelayedSubmission.load(paths.submitted_pickle)
+    assert again.args == (2,) and again._timeout_countdown == 3
+
+
 @pytest.mark.parametrize("job_id", ["1234", "1234_7"])
 def test_file_names_are_submitits_job_paths(tmp_path, job_id):
     from submitit.core.utils import JobPaths

@@ -66,6 +66,19 @@ def preemption_signal() -> Any:
     return JobEnvironment._usr_sig()
 
 
+def checkpoint_for_requeue(handler: Any) -> None:
+    """What submitit's preemption handler (``handler``, as ``signal.getsignal`` returned it) does before its
+    ``scontrol requeue``: the job's ``checkpoint()`` and the pickle the next attempt runs. For a job that
+    Slurm requeued itself. Raises when submitit would not requeue (the checkpoint returned None)."""
+    from submitit.core.job_environment import _checkpoint
+
+    owner = handler.__self__  # submitit's SignalHandler
+    delayed = owner._delayed
+    reason = _checkpoint(delayed, owner._job_paths.submitted_pickle, delayed._timeout_countdown)
+    if reason:
+        raise RuntimeError(f"submitit cannot checkpoint the job: {reason}")
+
+
 def local_job_exit_code(job: Any) -> Optional[int]:
     """The exit code of a submitit LocalJob's controller process (None while it runs or if unknown)."""
     process = getattr(job, "_process", None)

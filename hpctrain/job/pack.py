@@ -21,8 +21,9 @@ requeues the task. A child still saving when :func:`checkpoint_wait_s` has passe
 less a margin for the requeue itself) is killed and recorded ``requeued``: it resumes from its last
 complete checkpoint, and one slow run does not cost the whole task its requeue. A requeued or retried
 task runs again only the runs of its pack that have not ended (completed runs, and runs whose retries
-are used up, are left alone). A SIGTERM is told apart by this parent (:func:`term_is_preemption`): for a
-preemption's grace time it passes USR2 on as above; the children leave SIGTERM to it.
+are used up, are left alone). A SIGTERM is told apart by this parent (:func:`term_meaning_now`): for a
+preemption's grace time it passes USR2 on as above; for Slurm's own requeue (no grace time, the SIGKILL
+``KillWait`` later) too, but then it does not requeue the task again; the children leave SIGTERM to it.
 
 Cancel: ``hpctrain cancel --run N`` of a packed run writes ``cancelled`` into that run's record and leaves
 the task alone; the task reads its running runs' records every :data:`CANCEL_LOOK_S`, stops a cancelled
@@ -39,11 +40,11 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hpctrain._compat.submitit import preemption_signal
+from hpctrain._compat.submitit import checkpoint_for_requeue, preemption_signal
 from hpctrain.core import paths as runfiles
 from hpctrain.core.state import FINAL, State
 from hpctrain.core.run import RunSpec
-from hpctrain.job.preemption import TERM_BY_PARENT_ENV, decides_term, requeue_with, term_is_preemption
+from hpctrain.job.preemption import TERM_BY_PARENT_ENV, Term, decides_term, requeue_with, term_meaning_now
 
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
 MEMORY_FRACTION_ENV = "HPCTRAIN_GPU_MEMORY_FRACTION"
@@ -131,6 +132,7 @@ class PackJob:
                     os.kill(pid, sig)
 
         terms: List[float] = []  # SIGTERMs not yet told apart (a preemption's grace time, or a cancel)
+        slurm_requeued = False  # Slurm requeued the task itself (preempted without grace time): no requeue of ours
         signal.signal(signum, pass_on)
         term_handler = signal.signal(signal.SIGTERM, lambda sig, frame: terms.append(time.time()))
         for (spec, point), (gpu, cpus) in zip(todo, placed):
@@ -145,9 +147,12 @@ class PackJob:
                 next_look = time.time() + CANCEL_LOOK_S
             if terms:
                 terms.clear()
-                if decides_term() and not preempted and term_is_preemption():
+                meaning = term_meaning_now() if decides_term() and not preempted else None
+                if meaning is Term.PREEMPTION:
                     print("hpctrain pack: SIGTERM with the job still running (a preemption's grace time): "
                           "the runs checkpoint as on the preemption signal", flush=True)
+                if meaning in (Term.PREEMPTION, Term.REQUEUED):
+                    slurm_requeued = meaning is Term.REQUEUED
                     pass_on(signum, None)
             late = bool(preempted) and time.time() >= preempted[0] + wait_s
             for spec, pid in children:
@@ -171,6 +176,9 @@ class PackJob:
         if any(c == REQUEUE_EXIT for c in codes.values()) and callable(submitit_handler):
             print(f"hpctrain pack: every run of the task has ended or checkpointed ({states}); requeueing", flush=True)
             try:
+                if slurm_requeued:  # requeued already: submitit's checkpoint() and pickle, no scontrol requeue
+                    checkpoint_for_requeue(submitit_handler)
+                    sys.exit(0)
                 requeue_with(submitit_handler, signum)  # submitit: checkpoint() below, scontrol requeue, exit
             except Exception as exc:  # submitit will not requeue (max_num_timeout used up): those runs timed out
                 from hpctrain.core import summary

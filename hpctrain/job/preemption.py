@@ -10,10 +10,13 @@ A preemption can also come as SIGTERM with a grace time (``PreemptMode=REQUEUE``
 ``GraceTime``, no user signal), which submitit ignores. A user's ``scancel``, the time limit and a requeue
 send SIGTERM too; Slurm tells them apart by the job's state: those have ended the job (COMPLETING,
 CANCELLED, TIMEOUT, REQUEUED) by the time they signal, while a preemption's grace time (and
-``scancel --signal=TERM``) leaves it RUNNING. So on a SIGTERM rank 0 asks Slurm once
-(:func:`term_is_preemption`): a running job is treated as USR2 (checkpoint, ``requeued``, requeue); anything
-else, or no answer, leaves the TERM to end the job as before. Rank 0 alone asks: the trainer's agreed stop
-flag takes its decision to the other ranks.
+``scancel --signal=TERM``) leaves it RUNNING, with ``PreemptTime`` set for a preemption. So on a SIGTERM
+rank 0 asks Slurm once (:func:`term_is_preemption`): a running job is treated as USR2 (checkpoint,
+``requeued``, requeue); anything else, or no answer, leaves the TERM to end the job as before. Rank 0 alone
+asks: the trainer's agreed stop flag takes its decision to the other ranks. A preemption without a grace time
+(or at the grace time's end) is a requeue by Slurm itself: COMPLETING with ``Restarts`` above this attempt's
+``SLURM_RESTART_COUNT`` (:attr:`Term.REQUEUED`). Its SIGKILL follows ``KillWait`` later (30 s by default):
+time for the checkpoint and ``requeued`` as on USR2, but no ``scontrol requeue``, the job is requeued already.
 """
 
 import os
@@ -21,14 +24,24 @@ import signal
 import sys
 import time
 import types
+from enum import Enum
 from typing import Any, Callable, Dict, Optional
 
 TERM_BY_PARENT_ENV = "HPCTRAIN_TERM_BY_PARENT"  # a packed run: the task's parent decides what a SIGTERM means
 
 
+class Term(Enum):
+    """What a SIGTERM to a Slurm job step means, from the job's state when it came."""
+
+    PREEMPTION = "preemption"  # the job runs on (a grace time, scancel --signal=TERM): checkpoint and requeue
+    REQUEUED = "requeued"  # Slurm requeued the job itself (preempted without grace time): the SIGKILL follows
+    END = "end"  # the job ended (scancel, the time limit): the TERM ends the run
+
+
 class PreemptionGuard:
     def __init__(self) -> None:
         self.requested = False
+        self.slurm_requeued = False  # Slurm requeued the job itself: checkpoint, but no scontrol requeue
         self.term_at: Optional[float] = None  # a SIGTERM came, not yet told apart (a preemption or a cancel)
         self._signum: Optional[int] = None
         self._previous: Optional[Callable[..., Any]] = None
@@ -55,19 +68,26 @@ class PreemptionGuard:
         self.term_at = time.time()  # told apart at the next step, not in the handler (a subprocess)
 
     def _term_decided(self) -> bool:
-        """A SIGTERM that came is a preemption (asked once per SIGTERM); False for a cancel or none."""
+        """A SIGTERM that came is a preemption or Slurm's requeue (asked once per SIGTERM); False for a
+        cancel or none."""
         if self.term_at is None:
             return False
         self.term_at = None
-        if term_is_preemption():
+        meaning = term_meaning_now()
+        if meaning is Term.PREEMPTION:
             print("hpctrain: SIGTERM with the job still running (a preemption's grace time): checkpoint and "
                   "requeue as on USR2", file=sys.stderr, flush=True)
-            return True
-        return False
+        self.slurm_requeued = meaning is Term.REQUEUED
+        return meaning is not Term.END
 
     def hand_over(self) -> None:
         """Let submitit requeue (rank 0) and exit; never returns."""
         assert self._previous is not None and self._signum is not None
+        if self.slurm_requeued:
+            from hpctrain._compat.submitit import checkpoint_for_requeue
+
+            checkpoint_for_requeue(self._previous)  # the job's checkpoint() and pickle: no scontrol requeue
+            sys.exit(0)
         requeue_with(self._previous, self._signum)  # rank 0: checkpoint(), scontrol requeue, sys.exit
         sys.exit(0)  # other ranks: submitit's handler returns; their work is done
 
@@ -84,7 +104,7 @@ class PreemptionGuard:
         self.install()
 
     def should_stop(self, step: int) -> bool:
-        if self.term_at is not None and self._term_decided():
+        if not self.requested and self.term_at is not None and self._term_decided():  # decided once
             self.requested = True
         return self.requested
 
@@ -117,24 +137,62 @@ def decides_term() -> bool:
 
 
 def term_is_preemption(job_id: Optional[str] = None, timeout_s: float = 15.0) -> bool:
-    """Whether the SIGTERM this job got is a preemption: Slurm says the job is still running (or was
-    preempted). No answer from Slurm counts as no: the TERM then ends the job as before."""
+    """Whether the SIGTERM this job got is a preemption's grace time (:func:`term_meaning_now`)."""
+    return term_meaning_now(job_id, timeout_s) is Term.PREEMPTION
+
+
+def term_meaning_now(job_id: Optional[str] = None, timeout_s: float = 15.0) -> Term:
+    """What the SIGTERM this job got means, asked of Slurm (:func:`term_meaning`). No answer from Slurm
+    counts as the end: the TERM then ends the job as before."""
     from hpctrain.slurm import parse, query
 
     job_id = job_id or os.environ.get("SLURM_JOB_ID", "")
     if not job_id:
-        return False
-    ans = query.run(["scontrol", "show", "job", "-o", job_id], timeout_s=timeout_s)
+        return Term.END
+    # ignored through exec: Slurm's own requeue sends a second SIGTERM to every process of the job, scontrol too
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        ans = query.run(["scontrol", "show", "job", "-o", job_id], timeout_s=timeout_s)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if ans.stdout is None:
         print(f"hpctrain: SIGTERM, and Slurm cannot say whether the job is preempted ({ans.error}): "
               f"taken as the end of the job", file=sys.stderr, flush=True)
-        return False
+        return Term.END
     lines = [ln for ln in ans.stdout.splitlines() if ln.strip()]
-    return bool(lines) and preempted_by_term(parse.parse_fields(lines[0]))
+    meaning = term_meaning(parse.parse_fields(lines[0]), restarts_so_far()) if lines else Term.END
+    if meaning is Term.REQUEUED:
+        print("hpctrain: SIGTERM with the job already requeued by Slurm (a preemption without grace time): "
+              "checkpoint before its SIGKILL, no requeue of our own", file=sys.stderr, flush=True)
+    return meaning
+
+
+def restarts_so_far() -> int:
+    """This attempt's ``SLURM_RESTART_COUNT`` (unset on the first attempt)."""
+    try:
+        return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    except ValueError:
+        return 0
+
+
+def term_meaning(job: Dict[str, str], restarts: int) -> Term:
+    """From ``scontrol show job -o`` fields: RUNNING (a preemption's grace time, ``scancel --signal=TERM``)
+    or PREEMPTED is a preemption; COMPLETING with ``Restarts`` above this attempt's ``restarts`` is Slurm's
+    own requeue of a preemption; anything else ended the job: ``scancel``, the time limit (COMPLETING with
+    the same ``Restarts``, CANCELLED, TIMEOUT...), a node taken down under it (already PENDING again: the
+    record keeps no word of it, so status says Slurm requeued it)."""
+    state = job.get("JobState", "").split("+")[0]
+    if state in ("RUNNING", "PREEMPTED"):
+        return Term.PREEMPTION
+    try:
+        requeued = int(job.get("Restarts", "0")) > restarts
+    except ValueError:
+        requeued = False
+    if requeued and state == "COMPLETING":
+        return Term.REQUEUED
+    return Term.END
 
 
 def preempted_by_term(job: Dict[str, str]) -> bool:
-    """From ``scontrol show job -o`` fields: a SIGTERM that leaves the job RUNNING (a preemption's grace time,
-    ``scancel --signal=TERM``) or PREEMPTED; not one that ended it (``scancel``, the time limit, a
-    requeue: COMPLETING, CANCELLED, TIMEOUT, REQUEUED...)."""
-    return job.get("JobState", "").split("+")[0] in ("RUNNING", "PREEMPTED")
+    """Whether those fields say a preemption's grace time, on a first attempt (:func:`term_meaning`)."""
+    return term_meaning(job, 0) is Term.PREEMPTION
