@@ -24,7 +24,8 @@ pytestmark = pytest.mark.login  # login-node code: also run against the oldest a
 
 
 def make_sweep(root: Path, runs: dict, launcher: str = "slurm") -> Path:
-    """``runs``: {idx: {"metrics": {...} | None, "record": [(transition, kwargs)], "err": str, "job_id": str}}."""
+    """``runs``: {idx: {"metrics": {...} | None, "record": [(transition, kwargs)], "err": str, "out": str,
+    "job_id": str}}."""
     root.mkdir(parents=True, exist_ok=True)
     folder = root / ".submitit"
     folder.mkdir(exist_ok=True)
@@ -41,7 +42,7 @@ def make_sweep(root: Path, runs: dict, launcher: str = "slurm") -> Path:
             (root / name / "metrics.json").write_text(json.dumps(spec["metrics"]))
         if "err" in spec:
             (folder / f"{job_id}_0_log.err").write_text(spec["err"])
-            (folder / f"{job_id}_0_log.out").write_text("submitit INFO - Starting\n")
+            (folder / f"{job_id}_0_log.out").write_text(spec.get("out", "submitit INFO - Starting\n"))
         if "result" in spec:
             (folder / f"{job_id}_0_result.pkl").write_bytes(spec["result"])
     (root / "sweep.json").write_text(json.dumps(manifest))
@@ -149,6 +150,33 @@ def test_sacct_completed_without_a_recorded_completion_is_failed(tmp_path, fake_
     snap = collect(load_sweep(sweep))
     assert [r.state for r in snap.runs] == ["failed", "completed"]
     assert "never recorded its completion" in snap.runs[0].note
+
+
+def _start(at: str) -> str:
+    return f"submitit INFO ({at},714) - Starting with JobEnvironment(job_id=1892, hostname=n1, local_rank=0(1))\n"
+
+
+def test_an_earlier_attempts_preemption_lines_do_not_say_how_the_job_ended(tmp_path, fake_squeue):
+    """The job's logs are appended over its attempts: a grace-time preemption's step cancel and Slurm's own
+    requeue lines (as the test cluster wrote them) are not how a later attempt that vanished ended."""
+    fake_squeue([])
+    grace = ("slurmstepd-n1: error: *** STEP 1892.0 ON n1 CANCELLED AT 2026-12-02T02:56:00 ***\n"
+             "slurmstepd-n1: error: *** JOB 1892 ON n1 CANCELLED AT 2026-12-02T02:56:00 DUE TO JOB REQUEUE ***\n")
+    no_grace = ("slurmstepd-n1: error: *** JOB 1896 ON n1 CANCELLED AT 2026-12-02T02:56:51 DUE TO PREEMPTION ***\n"
+                "slurmstepd-n1: error: *** STEP 1896.0 ON n1 CANCELLED AT 2026-12-02T02:56:51 DUE TO PREEMPTION ***\n")
+    sweep = make_sweep(tmp_path / "s", {
+        # preempted with a grace time, ran again, then vanished without a word
+        0: {"metrics": RUNNING, "record": [SUBMITTED, started("100_0"), ("requeued", {}), started("100_0")],
+            "err": grace, "out": _start("2026-12-02 02:55:40") + _start("2026-12-02 02:56:10")},
+        # preempted without one: still in that attempt's log only
+        1: {"metrics": RUNNING, "record": [SUBMITTED, started("100_1")],
+            "err": no_grace, "out": _start("2026-12-02 02:56:40")},
+        # preempted, ran again, then cancelled by hand: that one counts
+        2: {"metrics": RUNNING, "record": [SUBMITTED, started("100_2"), ("requeued", {}), started("100_2")],
+            "err": grace + "slurmstepd-n1: error: *** JOB 1892 ON n1 CANCELLED AT 2026-12-02T02:58:00 ***\n",
+            "out": _start("2026-12-02 02:55:40") + _start("2026-12-02 02:56:10")},
+    })
+    assert states(sweep) == {0: "failed", 1: "failed", 2: "cancelled"}
 
 
 def test_cancelled_record_result_pickle_and_sacct(tmp_path, fake_squeue):

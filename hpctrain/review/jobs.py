@@ -49,9 +49,24 @@ def tail_lines(path: str, n: int = 10) -> List[str]:
     return lines[-n:]
 
 
+# a requeue (a preemption, ours or submitit's) is not an end: the job ran again, its logs appended
+_NOT_AN_END = re.compile(r"CANCELLED AT \S+ DUE TO (?:PREEMPTION|JOB REQUEUE)")
+_MARKER_AT = re.compile(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+# submitit's first line of every attempt: "submitit INFO (2026-12-02 02:57:28,714) - Starting with ..."
+_ATTEMPT_AT = re.compile(r"\((\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d),\d+\) - Starting with JobEnvironment")
+
+
 def log_marker(folder: Path, job_id: str) -> Optional[State]:
-    """Timeout, failed (node failure) or cancelled when Slurm or submitit wrote so at the end of the job's logs."""
-    text = tail(log_path(folder, job_id, "err"), 4096) + tail(log_path(folder, job_id, "out"), 4096)
+    """Timeout, failed (node failure) or cancelled when Slurm or submitit wrote so in the job's logs for its
+    last attempt: a line of an earlier attempt (a grace-time preemption's step cancel, before the job ran
+    again: the logs are appended) or of a requeue says nothing about how the job ended."""
+    err, out = tail(log_path(folder, job_id, "err"), 4096), tail(log_path(folder, job_id, "out"), 4096)
+    starts = [f"{d}T{t}" for d, t in _ATTEMPT_AT.findall(out + err)]
+    last_start = max(starts) if starts else ""
+    lines = [line for line in (err + "\n" + out).splitlines() if not _NOT_AN_END.search(line)]
+    current = [line for line in lines
+               if not (_MARKER_AT.search(line) and _MARKER_AT.search(line).group(1) < last_start)]
+    text = "\n".join(current)
     for state, pattern in _MARKERS:
         if pattern.search(text):
             return state
