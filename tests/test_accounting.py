@@ -40,10 +40,10 @@ def test_completed_failed_and_options_reach_the_job(tmp_path):
                  check=False)
     fine, boom = run_dirs(sweep)
     job = job_id(sweep).split("_")[0]
-    # submitit catches the Python error: both batch scripts exit 0, and sacct says COMPLETED for both ...
-    wait_for(lambda: sacct_state(f"{job}_0") == sacct_state(f"{job}_1") == "COMPLETED", 60,
+    # the job script ends with its step's exit code: sacct says COMPLETED and FAILED ...
+    wait_for(lambda: (sacct_state(f"{job}_0"), sacct_state(f"{job}_1")) == ("COMPLETED", "FAILED"), 60,
              "sacct to record both tasks")
-    # ... while status goes by the run record: the failed run stays failed
+    # ... and status goes by the run record: the failed run is failed
     assert [r["state"] for r in status(sweep, tmp_path)] == ["completed", "failed"]
     assert metrics(fine)["status"] == "completed" and metrics(boom)["status"] == "failed"
     # the options: in the script Slurm ran, and their effect in the job
