@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from cli_helpers import run_hpctrain
-from hpctrain.job.preemption import preempted_by_term
+from hpctrain.job.preemption import Term, term_meaning
 from slurm_helpers import metrics, queued, record_kinds, run_dirs, wait_for
 
 SLOW = ["max_steps=3000", "log_every=20", "eval_every=0", "ckpt_every=0", "model._target_=user_models.SlowDropout",
@@ -20,10 +20,10 @@ SLOW = ["max_steps=3000", "log_every=20", "eval_every=0", "ckpt_every=0", "model
 
 
 def test_the_job_state_tells_a_preemption_from_a_cancel():
-    assert preempted_by_term({"JobState": "RUNNING", "Reason": "None"})
-    assert preempted_by_term({"JobState": "PREEMPTED"})
+    assert term_meaning({"JobState": "RUNNING", "Reason": "None"}, 0) is Term.PREEMPTION
+    assert term_meaning({"JobState": "PREEMPTED"}, 0) is Term.PREEMPTION
     for state in ("COMPLETING", "CANCELLED", "CANCELLED+", "TIMEOUT", "REQUEUED", "PENDING", "NODE_FAIL", ""):
-        assert not preempted_by_term({"JobState": state}), state
+        assert term_meaning({"JobState": state}, 0) is not Term.PREEMPTION, state
 
 
 def _submit(tmp_path, extra):

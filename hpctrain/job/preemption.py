@@ -11,7 +11,7 @@ A preemption can also come as SIGTERM with a grace time (``PreemptMode=REQUEUE``
 send SIGTERM too; Slurm tells them apart by the job's state: those have ended the job (COMPLETING,
 CANCELLED, TIMEOUT, REQUEUED) by the time they signal, while a preemption's grace time (and
 ``scancel --signal=TERM``) leaves it RUNNING, with ``PreemptTime`` set for a preemption. So on a SIGTERM
-rank 0 asks Slurm once (:func:`term_is_preemption`): a running job is treated as USR2 (checkpoint,
+rank 0 asks Slurm once (:func:`term_meaning_now`): a running job is treated as USR2 (checkpoint,
 ``requeued``, requeue); anything else, or no answer, leaves the TERM to end the job as before. Rank 0 alone
 asks: the trainer's agreed stop flag takes its decision to the other ranks. A preemption without a grace time
 (or at the grace time's end) is a requeue by Slurm itself: COMPLETING with ``Restarts`` above this attempt's
@@ -136,11 +136,6 @@ def decides_term() -> bool:
     return bool(os.environ.get("SLURM_JOB_ID")) and rank == "0" and not os.environ.get(TERM_BY_PARENT_ENV)
 
 
-def term_is_preemption(job_id: Optional[str] = None, timeout_s: float = 15.0) -> bool:
-    """Whether the SIGTERM this job got is a preemption's grace time (:func:`term_meaning_now`)."""
-    return term_meaning_now(job_id, timeout_s) is Term.PREEMPTION
-
-
 def term_meaning_now(job_id: Optional[str] = None, timeout_s: float = 15.0) -> Term:
     """What the SIGTERM this job got means, asked of Slurm (:func:`term_meaning`). No answer from Slurm
     counts as the end: the TERM then ends the job as before."""
@@ -191,8 +186,3 @@ def term_meaning(job: Dict[str, str], restarts: int) -> Term:
     if requeued and state == "COMPLETING":
         return Term.REQUEUED
     return Term.END
-
-
-def preempted_by_term(job: Dict[str, str]) -> bool:
-    """Whether those fields say a preemption's grace time, on a first attempt (:func:`term_meaning`)."""
-    return term_meaning(job, 0) is Term.PREEMPTION
