@@ -56,6 +56,12 @@ _MARKER_AT = re.compile(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
 _ATTEMPT_AT = re.compile(r"\((\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d),\d+\) - Starting with JobEnvironment")
 
 
+def _marker_time(line: str) -> str:
+    """The time a Slurm marker line gives (``CANCELLED AT <ISO>``); "~" (after any time) for other lines."""
+    at = _MARKER_AT.search(line)
+    return at.group(1) if at else "~"
+
+
 def log_marker(folder: Path, job_id: str) -> Optional[State]:
     """Timeout, failed (node failure) or cancelled when Slurm or submitit wrote so in the job's logs for its
     last attempt: a line of an earlier attempt (a grace-time preemption's step cancel, before the job ran
@@ -63,10 +69,8 @@ def log_marker(folder: Path, job_id: str) -> Optional[State]:
     err, out = tail(log_path(folder, job_id, "err"), 4096), tail(log_path(folder, job_id, "out"), 4096)
     starts = [f"{d}T{t}" for d, t in _ATTEMPT_AT.findall(out + err)]
     last_start = max(starts) if starts else ""
-    lines = [line for line in (err + "\n" + out).splitlines() if not _NOT_AN_END.search(line)]
-    current = [line for line in lines
-               if not (_MARKER_AT.search(line) and _MARKER_AT.search(line).group(1) < last_start)]
-    text = "\n".join(current)
+    text = "\n".join(line for line in (err + "\n" + out).splitlines()
+                     if not _NOT_AN_END.search(line) and _marker_time(line) >= last_start)
     for state, pattern in _MARKERS:
         if pattern.search(text):
             return state
