@@ -119,7 +119,7 @@ def test_stored_value_gives_a_failed_jobs_exception_without_raising():
     ret.return_value = error  # the public setter stores what stored_value reads
     assert hydra_compat.stored_value(ret) is error
     with pytest.raises(ValueError, match="boom"):
-        ret.return_value
+        _ = ret.return_value
     done = JobReturn(status=JobStatus.COMPLETED)
     assert hydra_compat.stored_value(done) is None  # the default, as a placeholder is made
     done.return_value = {"loss": 1.0}

@@ -37,8 +37,8 @@ def _write_all(run: Path, steps: List[Step], offsets: Dict[str, int]) -> None:
                     os.environ.pop(var, None)
             if rank > 0 or host == "batch":  # another process: it does not know the attempt rank 0 started
                 events._own_attempt.clear()
-            fn = {"submitted": lambda: events.submitted(run), "started": lambda: events.started(run, job_id=key),
-                  "failed": lambda: events.failed(run, f"ValueError: rank {rank}", rank=rank),
+            fn = {"submitted": lambda: events.submitted(run), "started": lambda key=key: events.started(run, job_id=key),
+                  "failed": lambda rank=rank: events.failed(run, f"ValueError: rank {rank}", rank=rank),
                   "retrying": lambda: events.retrying(run, 1, 2), "requeued": lambda: events.requeued(run),
                   "completed": lambda: events.completed(run), "cancelled": lambda: events.cancelled(run),
                   "timeout": lambda: events.timed_out(run, "timed-out too many times")}[kind]

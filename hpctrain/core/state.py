@@ -211,7 +211,8 @@ def placed(all_events: List[Event]) -> List[Tuple[int, int, Event]]:
             att = 0
         elif e.key and (esub, e.key) in by_key:
             # an attempt its own key started keeps its tag (a worker's next unit of the trial); else the key's first
-            att = e.attempt if e.attempt in key_starts[(esub, e.key)] else by_key[(esub, e.key)]
+            own = e.attempt is not None and e.attempt in key_starts[(esub, e.key)]
+            att = e.attempt if own and e.attempt is not None else by_key[(esub, e.key)]
         elif e.attempt is not None:
             att = e.attempt
         else:  # untagged: the attempt in progress; after a boundary, or at a first start, the next one

@@ -58,7 +58,7 @@ class _PlanReturn(JobReturn):
 
     run: Optional[Run] = None
 
-    @property  # type: ignore[override]
+    @property
     def cfg(self) -> Optional[DictConfig]:
         return self.run.cfg if self.run is not None else None
 

@@ -59,7 +59,8 @@ class SearchSweeper(Sweeper):
             raise LaunchError("nothing submitted: hydra/sweeper=search needs one of hpctrain's launchers "
                               "(hydra/launcher=local or hydra/launcher=slurm)")
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-        space, problems = parse(arguments, OmegaConf.to_container(self.conf.params) if self.conf.params else None)
+        params = OmegaConf.to_container(self.conf.params) if self.conf.params else None
+        space, problems = parse(arguments, {str(k): v for k, v in params.items()} if isinstance(params, dict) else None)
         problems = self._check_settings() + problems
         if not problems:
             problems += check(space, str(self.conf.sampler))
@@ -218,7 +219,7 @@ class SearchSweeper(Sweeper):
     def _check_app(self, space: Space, sweep_dir: Path) -> "tuple[Optional[Run], List[str]]":
         """The keys exist in the app's config and one trial's config passes the launcher's checks."""
         assert self.hydra_context is not None and self.config is not None
-        first = {p.name: (p.choices[0] if p.choices else (int(p.low) if p.kind == "int" else p.low))
+        first = {p.name: (p.choices[0] if p.choices else (int(p.low or 0) if p.kind == "int" else p.low))
                  for p in space.params}
         runs, errors = plan_runs(self.hydra_context, self.config, [space.overrides(first)], 0)  # one composition
         launcher = implementation_of(self.launcher)
@@ -248,7 +249,9 @@ class SearchSweeper(Sweeper):
 
         c = self.conf
         n_workers = int(c.n_workers) if isinstance(c.n_workers, int) and c.n_workers > 0 else 1
-        if launcher.kind == "local":
+        from hpctrain.submit.backends.local import LocalLauncher
+
+        if isinstance(launcher, LocalLauncher):
             asked, n_workers = n_workers, launcher.max_parallel()  # local: max_parallel worker processes
             if n_workers < asked:
                 print(f"hpctrain: hydra.sweeper.n_workers={asked}, but this machine runs {n_workers} run(s) at a "

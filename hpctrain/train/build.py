@@ -30,7 +30,8 @@ def _accepted(cfg: DictConfig, extra: dict) -> DictConfig:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return cfg
     node = OmegaConf.to_container(cfg, resolve=True)
-    dropped = [k for k in node if k != "_target_" and k not in params and k not in extra]
+    assert isinstance(node, dict)  # a DictConfig gives a dict
+    dropped = [str(k) for k in node if k != "_target_" and k not in params and k not in extra]
     if dropped:
         log.info("%s does not take %s: left out", cfg._target_, ", ".join(dropped))
     return OmegaConf.create({k: v for k, v in node.items() if k not in dropped})
@@ -69,7 +70,9 @@ def param_groups(model: nn.Module, weight_decay: float) -> list:
 def build_optimizer(cfg: DictConfig, model: nn.Module, lr: float, device: torch.device) -> torch.optim.Optimizer:
     if "fused" in cfg and cfg.fused is None:
         # fused kernels on CUDA; a config key (not a keyword) so that optimizers without it drop it
-        cfg = OmegaConf.merge(cfg, {"fused": True if device.type == "cuda" else None})
+        merged = OmegaConf.merge(cfg, {"fused": True if device.type == "cuda" else None})
+        assert isinstance(merged, DictConfig)
+        cfg = merged
     groups = param_groups(model, float(cfg.get("weight_decay", 0.0)))
     return build(cfg, params=groups, lr=lr)
 
@@ -98,4 +101,4 @@ def build_loss(cfg: DictConfig) -> Callable[..., Any]:
 
 
 def build_metrics(cfg: DictConfig) -> Dict[str, Callable[..., Any]]:
-    return {str(name): build_callable(node, f"metrics.{name}") for name, node in cfg.items()}
+    return {str(name): build_callable(node, f"metrics.{name!s}") for name, node in cfg.items()}

@@ -159,7 +159,7 @@ def rng_state(device: Optional[torch.device] = None) -> Dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state: Dict[str, Any] = {
         "python": random.getstate(),  # (version, tuple of ints, None): plain types
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+        "numpy": {"kind": kind, "keys": torch.from_numpy(np.asarray(keys).astype(np.int64)), "pos": int(pos),
                   "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
         "torch": torch.get_rng_state(),
     }

@@ -55,7 +55,8 @@ def evaluate(model: nn.Module, val_set: Dataset, forward: Forward, metric_fns: D
     """``val/loss`` and ``val/<metric>``: sample-weighted means over the same samples at any world size:
     the first ``max_batches`` global micro-batches of ``val_set`` (0: all of it)."""
     device = info.device
-    n = len(val_set) if max_batches <= 0 else min(len(val_set), max_batches * micro_bs * info.world_size)
+    size = len(val_set)  # type: ignore[arg-type]  # map-style data sets are sized
+    n = size if max_batches <= 0 else min(size, max_batches * micro_bs * info.world_size)
     loader = DataLoader(val_set, batch_size=micro_bs, sampler=list(range(info.rank, n, info.world_size)),
                         collate_fn=getattr(val_set, "collate", None), pin_memory=device.type == "cuda")
     names = ["val/loss"] + [f"val/{name}" for name in metric_fns]

@@ -19,7 +19,7 @@ class ShardedBatches(Sampler):
     """
 
     def __init__(self, dataset: Dataset, info: DistInfo, seed: int, micro_bs: int) -> None:
-        self.n, self.rank, self.world = len(dataset), info.rank, info.world_size
+        self.n, self.rank, self.world = len(dataset), info.rank, info.world_size  # type: ignore[arg-type]  # map-style: sized
         self.seed, self.micro_bs = seed, micro_bs
         self.per_rank = self.n // self.world
         self.batches_per_epoch = self.per_rank // micro_bs

@@ -120,7 +120,7 @@ class Trainer:
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.cfg.compile:
-            model = torch.compile(model)  # compile first, then DDP (torch docs' recommended order)
+            model = torch.compile(model)  # type: ignore[assignment]  # compile first, then DDP (torch docs' recommended order)
         if self.info.enabled:
             model = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         return model
@@ -220,7 +220,8 @@ class Trainer:
         for hook in self.hooks:
             hook.on_start(self.step)
         self.logger.progress(step=self.step)
-        loss_acc, interval, last = torch.zeros((), device=self.device), 0, {}
+        loss_acc, interval = torch.zeros((), device=self.device), 0
+        last: Dict[str, Any] = {}
         every = self.every
         schedule = self.schedule
         while self.step < every.end:

@@ -108,7 +108,9 @@ class LocalLauncher(BaseLauncher):
               f"{self.tasks_per_node()} rank(s) each; sweep dir {submission.sweep_dir}")
         free = gpu_slots(visible_gpus(), per_run, parallel)  # physical indices, disjoint
         args = submission.args()
-        pending, running, jobs = list(range(len(tasks))), {}, {}
+        pending = list(range(len(tasks)))
+        running: Dict[int, Any] = {}
+        jobs: Dict[int, Any] = {}
         task_of = {run.idx: t for t, task in enumerate(tasks) for run in task}
         if submission.calling is Calling.POSITIONAL:  # a search's workers: the display follows their trials
             progress = Progress([], discover=lambda: trials_of(submission.sweep_dir))
