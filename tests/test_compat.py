@@ -176,31 +176,18 @@ def test_make_sbatch_string_takes_every_parameter_hpctrain_passes():
     assert passed <= accepted, passed - accepted
 
 
-def test_make_sbatch_string_puts_setup_before_and_teardown_right_after_srun():
-    command = submitit_compat.submit_command("python", "/f")
-    text = submitit_compat.make_sbatch_string(command=command, folder="/f", partition="p", mem="2560MB",
-                                              setup=["echo setup"], teardown=["hpctrain_rc=$?"], map_count=3,
-                                              array_parallelism=2, srun_args=["--kill-on-bad-exit=1"])
+def test_submitits_script_puts_setup_before_and_teardown_right_after_srun(tmp_path):
+    executor = {"folder": str(tmp_path), "python": "python"}
+    text = submitit_compat.sbatch_script(executor, {"partition": "p", "mem": "2560MB", "setup": ["echo setup"],
+                                                    "teardown": ["hpctrain_rc=$?"], "array_parallelism": 2,
+                                                    "srun_args": ["--kill-on-bad-exit=1"]}, 3)
     lines = text.splitlines()
     assert {"#SBATCH --partition=p", "#SBATCH --mem=2560MB", "#SBATCH --array=0-2%2"} <= set(lines)
     srun = next(i for i, line in enumerate(lines) if line.startswith("srun "))
-    assert lines[srun].endswith(command) and "--kill-on-bad-exit=1" in lines[srun]
+    assert "-u -m submitit.core._submit" in lines[srun] and "--kill-on-bad-exit=1" in lines[srun]
     assert lines.index("echo setup") < srun
     after = [line for line in lines[srun + 1:] if line.strip() and not line.startswith("#")]
     assert after[0] == "hpctrain_rc=$?"  # $? is srun's status: the teardown's first line must come first
-
-
-def test_submit_command_is_the_one_submitits_executor_runs(tmp_path):
-    import importlib.util
-
-    from submitit.slurm.slurm import SlurmExecutor
-
-    assert importlib.util.find_spec(submitit_compat.SUBMIT_MODULE) is not None
-    folder = tmp_path / "a folder"
-    executor = SlurmExecutor(folder=folder, python="/opt/py/bin/python")
-    assert submitit_compat.submit_command("/opt/py/bin/python", str(executor.folder)) == \
-        executor._submitit_command_str
-    assert shlex.split(submitit_compat.submit_command("python", str(folder)))[-1] == str(folder)
 
 
 def test_preemption_signal_is_usr2_by_default(monkeypatch):

@@ -7,11 +7,9 @@ When a release moves one of these, this module is the one to change (canaries: t
 import functools
 import os
 import pickletools
-import shlex
 from typing import Any, Dict, Optional
 
 # the module submitit's sbatch script runs on every task: ``python -u -m submitit.core._submit FOLDER``
-SUBMIT_MODULE = "submitit.core._submit"
 
 # what submitit's result pickle holds first: ``("success", result)`` or ``("error", traceback)``
 OUTCOMES = ("success", "error")
@@ -23,18 +21,6 @@ def convert_mem(mem_gb: float) -> str:
     from submitit.slurm.slurm import _convert_mem
 
     return _convert_mem(mem_gb)
-
-
-def make_sbatch_string(**params: Any) -> str:
-    """The sbatch script submitit would submit (for ``dry_run``)."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
-    return _make_sbatch_string(**params)
-
-
-def submit_command(python: str, folder: str) -> str:
-    """The command submitit's SlurmExecutor puts on the srun line of its script."""
-    return " ".join([python, f"-u -m {SUBMIT_MODULE}", shlex.quote(folder)])
 
 
 def sbatch_script(executor: Dict[str, Any], parameters: Dict[str, Any], n_tasks: int) -> str:

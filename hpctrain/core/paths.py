@@ -5,6 +5,7 @@ Shared by both wings (trainer and login-node commands): no torch here.
 """
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
@@ -27,6 +28,7 @@ HYDRA_DIR = ".hydra"
 SWEEP_MANIFEST = "sweep.json"  # written by the launcher into the sweep dir
 SUBMITIT_DIR = ".submitit"
 MULTIRUN_YAML = "multirun.yaml"  # Hydra's own record of a multirun, in the sweep dir
+SUBMISSION = "submission-"  # a submission's files under the sweep's .hpctrain: submission-N, .pkl, .runs.json
 
 
 @dataclass(frozen=True)
@@ -54,14 +56,6 @@ class RunPaths:
     @property
     def checkpoints(self) -> Path:
         return self.root / CKPT_DIR
-
-    @property
-    def last_checkpoint(self) -> Path:
-        return self.root / CKPT
-
-    @property
-    def previous_checkpoint(self) -> Path:
-        return self.checkpoints / PREVIOUS_CKPT
 
     @property
     def hydra(self) -> Path:
@@ -120,6 +114,29 @@ class SweepPaths:
         return self.root / HPCTRAIN_DIR
 
     @property
+    def submit_lock(self) -> Path:
+        """Held by the one launcher submitting into this sweep dir (hpctrain.submit.lock)."""
+        return self.hpctrain / "submit.lock"
+
+    @property
+    def launch_log(self) -> Path:
+        """The local launcher's own output when ``hpctrain.launch()`` starts it."""
+        return self.hpctrain / "launch.log"
+
+    def submission(self, number: int) -> Path:
+        """Submission ``number``'s base path (``submission-N``: its code dir; ``.pkl``, ``.runs.json`` beside it)."""
+        return self.hpctrain / f"{SUBMISSION}{number}"
+
+    def submission_numbers(self) -> "list[int]":
+        """The numbers every earlier submission's files hold, finished or not."""
+        pattern = re.compile(rf"{re.escape(SUBMISSION)}(\d+)(\.|$)")
+        try:
+            names = os.listdir(self.hpctrain)
+        except OSError:
+            return []
+        return sorted({int(m.group(1)) for n in names if (m := pattern.match(n))})
+
+    @property
     def study_journal(self) -> Path:
         """A search sweep's Optuna journal."""
         return self.hpctrain / "study.journal"
@@ -142,7 +159,3 @@ class SweepPaths:
 def read_metrics(run_dir: PathLike) -> Optional[Dict[str, Any]]:
     return read_json(RunPaths(run_dir).metrics)
 
-
-def read_manifest(sweep_dir: PathLike) -> Optional[Dict[str, Any]]:
-    """sweep.json as raw JSON (hpctrain.core.manifest reads it typed)."""
-    return read_json(SweepPaths(sweep_dir).manifest)

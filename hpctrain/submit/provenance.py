@@ -11,7 +11,6 @@ Login-node code: no torch.
 import importlib.metadata
 import os
 import platform
-import re
 import shlex
 import sys
 import time
@@ -19,7 +18,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain.core import events
-from hpctrain.core import paths as runfiles
+from hpctrain.core.atomic import read_json, write_json_atomic
+from hpctrain.core.paths import SweepPaths
 from hpctrain.core.redact import redact_argv, redact_env
 from hpctrain.submit.snapshot import git, kept_names
 
@@ -97,15 +97,15 @@ def write(folder: Path, sweep_dir: Path, *, runs: Sequence[int], repos: Sequence
         "job_ids": [],
     }
     path = folder / RECORD
-    runfiles.write_json_atomic(path, record)
+    write_json_atomic(path, record)
     return path
 
 
 def add_job_ids(path: Path, job_ids: Sequence[str]) -> None:
-    record = runfiles.read_json(path)
+    record = read_json(path)
     if record is not None:
         record["job_ids"] = sorted(set(record.get("job_ids", [])) | {str(j).split("_")[0] for j in job_ids})
-        runfiles.write_json_atomic(path, record)
+        write_json_atomic(path, record)
 
 
 def for_run(sweep_dir: Path, idx: int, run_dir: Optional[Path] = None) -> Tuple[Optional[Path], Optional[Dict[str, Any]]]:
@@ -114,11 +114,12 @@ def for_run(sweep_dir: Path, idx: int, run_dir: Optional[Path] = None) -> Tuple[
     A search's submissions list no runs (their workers take trials as they come): a trial (``run_dir``)
     was run by the newest of them recorded before the trial's first event."""
     found = []
-    for path in Path(sweep_dir, ".hpctrain").glob(f"submission-*/{RECORD}"):
-        match = re.fullmatch(r"submission-(\d+)", path.parent.name)
-        if match:
-            found.append((int(match[1]), path))
-    records = [(path, runfiles.read_json(path)) for _, path in sorted(found, reverse=True)]
+    sweep_paths = SweepPaths(sweep_dir)
+    for number in sweep_paths.submission_numbers():
+        path = sweep_paths.submission(number) / RECORD
+        if path.is_file():
+            found.append((number, path))
+    records = [(path, read_json(path)) for _, path in sorted(found, reverse=True)]
     for path, record in records:
         if record and idx in record.get("runs", []):
             return path, record

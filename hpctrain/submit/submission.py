@@ -7,13 +7,13 @@ files the job reads (payload, run list) and the resources each task gets. ``dry_
 :meth:`Submission.render`; a real launch hands the same object to the backend's ``send``.
 """
 
-import re
 import shutil
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
+from hpctrain.core.paths import SweepPaths
 from hpctrain.core.redact import redact_overrides
 from hpctrain.core.run import RunSpec
 
@@ -39,9 +39,8 @@ class Files:
     def next_in(cls, sweep_dir: Path) -> "Files":
         """The first number no file of an earlier submission holds, finished or not: a submission that
         failed half way leaves its number taken, never a half-written code dir in the next one's way."""
-        taken = [int(m.group(1)) for p in (sweep_dir / ".hpctrain").glob("submission-*")
-                 if (m := re.match(r"submission-(\d+)(\.|$)", p.name))]
-        return cls(sweep_dir / ".hpctrain" / f"submission-{max(taken, default=-1) + 1}")
+        paths = SweepPaths(sweep_dir)
+        return cls(paths.submission(max(paths.submission_numbers(), default=-1) + 1))
 
     def remove(self) -> None:
         """This submission's files, where nothing was submitted with them."""

@@ -22,12 +22,12 @@ import torch
 import torch.distributed as dist
 
 from hpctrain.core import events
+from hpctrain.core import paths as runfiles
 from hpctrain.core.errors import disk_full
 from hpctrain.train.distributed import DistInfo
 
 log = logging.getLogger(__name__)
 
-PREVIOUS = "previous.pt"
 
 
 class Stateful(Protocol):
@@ -102,7 +102,7 @@ class RankRNG:
 
 # ------------------------------------------------------------------------------------------ files
 def previous_path(path: Path) -> Path:
-    return path.with_name(PREVIOUS)
+    return path.with_name(runfiles.PREVIOUS_CKPT)
 
 
 def save_atomic(state: Dict[str, Any], path: Path) -> None:

@@ -164,15 +164,6 @@ def teardown(failed: bool = False) -> None:
         log.warning("could not abort the NCCL process group: %s", exc)
 
 
-def any_rank(flag: bool, info: DistInfo) -> bool:
-    """True on every rank when ``flag`` is true on at least one (a collective: call on all ranks)."""
-    if not info.enabled:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=info.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
-
-
 class AgreedFlag:
     """A flag all ranks agree on one step after any rank raised it, with no blocking collective per step.
 
