@@ -351,6 +351,24 @@ start_slurmctld() {
     /usr/sbin/slurmctld -f "$SLURM_CONF_FILE" 9>&-
     wait_pidfile "$STATE_DIR/slurmctld.pid" slurmctld 15 ||
         die "slurmctld did not start; see $STATE_DIR/log/slurmctld.log"
+    cancel_recovered_jobs
+}
+
+# A fresh controller recovers the jobs of the cluster's last life (a session's tests or benchmarks cut
+# short): they would hold the nodes while the next test run waits for its own. Cancel them before any
+# node registers.
+cancel_recovered_jobs() {
+    local ids="" t=0
+    while ((t < 20)); do
+        if ids=$(squeue -h -o %A 2>/dev/null); then break; fi
+        sleep 0.5
+        t=$((t + 1))
+    done
+    ids=$(echo "$ids" | sort -u | tr '\n' ' ')
+    [[ -n "${ids// /}" ]] || return 0
+    log "cancelling jobs recovered from this cluster's last run: $ids"
+    # shellcheck disable=SC2086
+    scancel $ids >/dev/null 2>&1 || true
 }
 
 start_slurmd() {
