@@ -182,6 +182,7 @@ class TrainConfig:
     # [{step: N, lr: ..., optim.weight_decay: ...}]: from step N on, those values (a PBT schedule replayed)
     schedule: Optional[List[Any]] = None
     grad_clip: float = 1.0  # 0: no clipping
+    max_nonfinite: int = 0  # log steps in a row whose loss may be NaN/Inf before the run fails (0: the first)
     device: str = "auto"  # auto | cpu | cuda
     num_workers: int = 0
 

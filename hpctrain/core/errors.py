@@ -62,6 +62,7 @@ DETERMINISTIC = frozenset({
     "omegaconf.errors.ConfigKeyError", "omegaconf.errors.ValidationError", "omegaconf.errors.InterpolationResolutionError",
     "ConfigKeyError", "ValidationError", "InterpolationResolutionError", "MissingMandatoryValue",
     "MetricError", "ModelOutputError",  # hpctrain's own: a metric or a model output that does not fit
+    "NonFiniteLossError",  # the loss went to NaN/Inf: the same config diverges again
     "DiskFullError",  # a full disk stays full until someone frees it (docs/decisions.md)
     "hydra.errors.InstantiationException", "InstantiationException", "ConfigCompositionException",
 })

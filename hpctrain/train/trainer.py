@@ -32,6 +32,7 @@ from hpctrain.train.evaluation import evaluate
 from hpctrain.train.forward import Forward
 from hpctrain.train.hooks import TrainerHook
 from hpctrain.train.loader import MicroBatches, ShardedBatches
+from hpctrain.train.nonfinite import NonFiniteGuard
 from hpctrain.train.loggers import NullLogger, RunLogger, Throughput, peak_flops
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class Trainer:
         self.data = MicroBatches(self.train_set, sampler, self.device, cfg.num_workers, cfg.seed)
         self.checkpointer = Checkpointer(self.run_dir / runfiles.CKPT, cfg.ckpt_every, info, self, self.data)
         self.schedule = read_schedule(cfg.get("schedule"))
+        self.nonfinite = NonFiniteGuard(int(cfg.max_nonfinite))
         self.checkpointer.load()  # the newest complete checkpoint, if any: sets step, data position, RNG
         layout = hparams.layout(cfg.objective.metric, list(self.metric_fns))
         self.retune(self._values_at(self.step))  # the config's values (and the schedule's) over the checkpoint's
@@ -273,6 +275,7 @@ class Trainer:
             packed[0] /= self.info.world_size
         loss, stop = packed.tolist()  # the interval's only host sync
         values = {"train/loss": loss, "train/lr": self.scheduler.get_last_lr()[0], **meter.read()}
+        self.nonfinite.check(self.step, loss, values["train/lr"])  # every rank holds the same reduced loss
         if grad_norm is not None:
             values["train/grad_norm"] = float(grad_norm)
         self.logger.scalars(values, self.step)
