@@ -20,6 +20,7 @@ from hpctrain.train.peaks import peak_flops_for
 log = logging.getLogger(__name__)
 EVENT_TIME = re.compile(r"^events\.out\.tfevents\.(\d+)\.")
 MAX_ORDER_WAIT_S = 3.0  # waiting longer than this means the clocks disagree: said, not waited for
+PROGRESS_EVERY_S = 5.0  # at most one progress line this often: a fast run does not flood its log
 
 
 def peak_flops(device: torch.device, precision: str = "bf16") -> Optional[float]:
@@ -64,13 +65,51 @@ class NullLogger:
         pass
 
 
-class RunLogger(NullLogger):
-    """TensorBoard scalars in ``<run_dir>/tb`` and progress in ``<run_dir>/metrics.json``."""
+class ProgressLine:
+    """``step 120/400 (30%)  loss 0.4132  lr 0.0029  8.3 steps/s  ETA 34s``: a line on log steps, at most one
+    every ``every_s`` (the first and the last always), to the ``hpctrain`` logger: the run's hpctrain.log,
+    the console of a run in the foreground, the job's log on Slurm. A slow run and a stuck one look different."""
 
-    def __init__(self, run_dir: Path, start_step: int, layout: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, max_steps: int, every_s: float = PROGRESS_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_steps, self.every_s, self.clock = max_steps, every_s, clock
+        self._last: Optional[float] = None  # when the last line was written
+        self._since: Optional[tuple] = None  # (time, step) of the last line: the rate is measured from it
+
+    def line(self, step: int, metrics: Dict[str, float]) -> Optional[str]:
+        """The line to write now, or None (too soon after the last one)."""
+        now = self.clock()
+        last_step = step >= self.max_steps
+        if self._last is not None and now - self._last < self.every_s and not last_step:
+            return None
+        parts = [f"step {step}/{self.max_steps} ({100 * step // max(1, self.max_steps)}%)"]
+        if "train/loss" in metrics:
+            parts.append(f"loss {metrics['train/loss']:.4g}")
+        if "train/lr" in metrics:
+            parts.append(f"lr {metrics['train/lr']:.3g}")
+        if self._since is not None and step > self._since[1] and now > self._since[0]:
+            rate = (step - self._since[1]) / (now - self._since[0])
+            parts.append(f"{rate:.3g} steps/s")
+            if not last_step:
+                parts.append(f"ETA {_duration((self.max_steps - step) / rate)}")
+        self._last, self._since = now, (now, step)
+        return "  ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class RunLogger(NullLogger):
+    """TensorBoard scalars in ``<run_dir>/tb``, progress in ``<run_dir>/metrics.json`` and a progress line."""
+
+    def __init__(self, run_dir: Path, start_step: int, layout: Optional[Dict[str, Any]] = None,
+                 max_steps: int = 0) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = Path(run_dir)
+        self.line = ProgressLine(max_steps) if max_steps > 0 else None
         if start_step:
             after_older_event_files(self.run_dir / runfiles.TB_DIR)
         # purge_step: after a requeue, events past the checkpoint are dropped (no doubled stretch of curve);
@@ -85,6 +124,11 @@ class RunLogger(NullLogger):
 
     def progress(self, **fields: Any) -> None:
         summary.write(self.run_dir, **fields)  # the status is the run record's, where there is one
+        metrics, step = fields.get("metrics"), fields.get("step")
+        if self.line is not None and isinstance(metrics, dict) and isinstance(step, int):
+            text = self.line.line(step, metrics)
+            if text:
+                log.info("%s", text)
 
     def finish(self, summaries: List[Any]) -> None:
         """Write the run's HParams summaries (``hparams.summaries``; the metrics are scalars already logged)."""

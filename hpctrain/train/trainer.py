@@ -116,7 +116,7 @@ class Trainer:
         self.checkpointer.load()  # the newest complete checkpoint, if any: sets step, data position, RNG
         layout = hparams.layout(cfg.objective.metric, list(self.metric_fns))
         self.retune(self._values_at(self.step))  # the config's values (and the schedule's) over the checkpoint's
-        self.logger = RunLogger(self.run_dir, self.step, layout) if info.is_main else NullLogger()
+        self.logger = RunLogger(self.run_dir, self.step, layout, int(cfg.max_steps)) if info.is_main else NullLogger()
         self.evaluated_at: Optional[int] = None
         self.stop_flag = AgreedFlag(info)  # several ranks: a stop request agreed on one step later
 
