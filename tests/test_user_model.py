@@ -62,3 +62,16 @@ def test_a_model_whose_outputs_do_not_fit_the_data_fails_before_step_0_naming_bo
     assert record_kinds(bad) == ["submitted", "started", "failed"]  # the same on every attempt: not retried
     good = next(p for p in sweep.iterdir() if p.name.startswith("1_"))
     assert json.loads((good / "metrics.json").read_text())["status"] == "completed"
+
+
+def test_a_class_count_mismatch_of_a_model_without_num_classes_names_no_such_key(tmp_path):
+    from cli_helpers import run_hpctrain
+
+    run_dir = tmp_path / "run"
+    proc = run_hpctrain(["model._target_=user_models.FourScores", "data.num_classes=8", "max_steps=5",
+                         f"hydra.run.dir={run_dir}"], cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    error = json.loads((run_dir / "metrics.json").read_text())["error"]
+    assert "gives 4 class score(s) per sample" in error
+    assert "model.num_classes" not in error, error  # FourScores takes no such key: advice it could not follow
+    assert "make the model's last layer give the data's classes (data.num_classes (now 8)) scores" in error

@@ -8,6 +8,7 @@ regression's float targets it is left out (said in one line) instead of failing 
 The pass uses no randomness of the run (RNG forked and put back) and no gradients.
 """
 
+import inspect
 import logging
 from typing import Any, Callable, Dict, Optional
 
@@ -56,8 +57,7 @@ def check(cfg: DictConfig, model: nn.Module, forward: Forward, train_set: Any,
         classes, top = int(preds.shape[-1]), int(targets.max())
         if top >= classes or int(targets.min()) < 0:
             raise ValueError(f"{model_key} gives {classes} class score(s) per sample, but {data_key} has class "
-                             f"labels up to {top}: set model.num_classes{_now(cfg.model, 'num_classes')} to the "
-                             f"data's classes (data.num_classes{_now(cfg.data, 'num_classes')})")
+                             f"labels up to {top}: {_class_advice(cfg, model, top + 1)}")
     if forward.loss is losses.mse and preds.numel() != targets.numel():
         if not regression:
             raise ValueError(f"loss=mse is a regression loss, but {data_key} has integer class labels and {model_key} "
@@ -81,6 +81,19 @@ def check(cfg: DictConfig, model: nn.Module, forward: Forward, train_set: Any,
             raise MetricError(f"{exc}; a regression ({data_key}: float targets) has no accuracy: drop it with "
                               f"~metrics.accuracy") from None
     return applies
+
+
+def _class_advice(cfg: DictConfig, model: nn.Module, needed: int) -> str:
+    """How to make the model's class scores meet the data's labels, naming only keys the model takes."""
+    where = f"the data's classes (data.num_classes{_now(cfg.data, 'num_classes')})" \
+        if cfg.data is not None and "num_classes" in cfg.data else f"at least {needed}"
+    try:
+        takes = "num_classes" in inspect.signature(type(model)).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if takes and cfg.model is not None and "num_classes" in cfg.model:
+        return f"set model.num_classes{_now(cfg.model, 'num_classes')} to {where}"
+    return f"make the model's last layer give {where} scores per sample (model._target_ has no num_classes key)"
 
 
 def _now(node: Optional[DictConfig], key: str) -> str:
