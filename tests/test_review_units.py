@@ -17,8 +17,8 @@ from hpctrain.slurm import query as slurm
 from hpctrain.core import events
 from hpctrain.review import fmt, jobs, plots
 from hpctrain.review.ranking import default_metric, default_mode, rank, reproduce_command
-from hpctrain.review.runs import RunRow, collect
-from hpctrain.review.sweep import RunSpec, SweepError, expected_runs, find_sweep_dir, load_sweep, parse_overrides, swept_keys
+from hpctrain.review.runs import Run, collect
+from hpctrain.review.sweep import ListedRun, SweepError, expected_runs, find_sweep_dir, load_sweep, parse_overrides, swept_keys
 
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 
@@ -280,7 +280,7 @@ def test_find_sweep_dir(tmp_path, monkeypatch):
 
 
 def test_swept_keys_and_overrides():
-    runs = [RunSpec(i, "", None, [f"lr={lr}", "max_steps=5", f"+model.width={w}"], None)
+    runs = [ListedRun(i, "", None, [f"lr={lr}", "max_steps=5", f"+model.width={w}"], None)
             for i, (lr, w) in enumerate([(0.1, 8), (0.01, 8), (0.1, 16)])]
     assert swept_keys(runs) == ["lr", "model.width"]
     assert swept_keys(runs[:1]) == ["lr", "max_steps", "model.width"]
@@ -288,7 +288,7 @@ def test_swept_keys_and_overrides():
 
 
 def _rec(idx, state, metrics, overrides=None, objective=None):
-    return RunRow(idx=idx, name=str(idx), values={"lr": str(idx)}, overrides=overrides or [f"lr={idx}"],
+    return Run(idx=idx, name=str(idx), values={"lr": str(idx)}, overrides=overrides or [f"lr={idx}"],
                      run_dir=None, job_id=None, state=state, metrics=metrics, declared_objective=objective)
 
 

@@ -159,7 +159,7 @@ LOW_GPU_UTIL = 20.0  # % busy on average: below it a run is flagged (status, rep
 
 
 def for_rows(sweep_dir: Path, launcher: str, rows: Sequence[Any]) -> "tuple[Dict[int, Cost], List[str]]":
-    """Costs of review's rows (``runs.RunRow``), one sacct call for all of them."""
+    """Costs of review's rows (``runs.Run``), one sacct call for all of them."""
     return sweep_costs(sweep_dir, launcher, [
         {"idx": r.idx, "job_id": r.job_id, "wall_s": r.wall_s, "attempts": r.attempts, "step": r.step,
          "requeue_steps": getattr(r, "requeue_steps", [])} for r in rows])

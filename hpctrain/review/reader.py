@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from hpctrain.core.state import ACTIVE, Direction, State
 from hpctrain.review import cost as costs
 from hpctrain.review.runs import Run, collect, state_counts
-from hpctrain.review.sweep import Sweep as SweepSpec
+from hpctrain.review.sweep import SweepListing
 from hpctrain.review.sweep import find_sweep_dir, load_sweep
 
 PathLike = Union[str, Path]
@@ -32,7 +32,7 @@ class Sweep:
     direction: Direction
     problems: List[str] = field(default_factory=list)  # what could not be read, one line each
     process: Optional[subprocess.Popen] = field(default=None, repr=False)  # hpctrain.launch(..., local)
-    spec: Optional[SweepSpec] = field(default=None, repr=False)  # which runs, from the manifest (review.sweep)
+    spec: Optional[SweepListing] = field(default=None, repr=False)  # which runs, from the manifest (review.sweep)
     taken: float = 0.0  # when the runs were read
 
     def counts(self) -> Dict[State, int]:
@@ -120,7 +120,7 @@ def load(path: Optional[PathLike] = None) -> Sweep:
     return read(load_sweep(find_sweep_dir(str(path) if path is not None else None)))
 
 
-def read(spec: SweepSpec, poller: Any = None) -> Sweep:
+def read(spec: SweepListing, poller: Any = None) -> Sweep:
     """The runs of a sweep whose manifest is read (``review.sweep.load_sweep``): the one reader of a sweep's
     runs for the API, ``status``, ``report`` and the tab. ``poller``: ``status --watch``'s squeue poller."""
     snap = collect(spec, poller)

@@ -21,7 +21,7 @@ from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RESTING, EventKind, Run
 from hpctrain.review import jobs
 from hpctrain.review.cost import attempt_walls
 from hpctrain.review import search as search_review
-from hpctrain.review.sweep import RunSpec, Sweep, typed_value
+from hpctrain.review.sweep import ListedRun, SweepListing, typed_value
 from hpctrain.slurm import parse as slurm_parse
 from hpctrain.slurm import query as slurm
 
@@ -96,8 +96,6 @@ class Run:
         return self.objective
 
 
-RunRow = Run  # the name review's modules and tests knew it by
-
 
 def state_counts(runs: Iterable[Any]) -> Dict[State, int]:
     """How many runs are in each state, in STATES order, states with none left out."""
@@ -109,7 +107,7 @@ def state_counts(runs: Iterable[Any]) -> Dict[State, int]:
 
 @dataclass
 class Snapshot:
-    sweep: Sweep
+    sweep: SweepListing
     runs: List[Run]
     warnings: List[str]
     taken: float
@@ -128,7 +126,7 @@ class Snapshot:
 class _Judge:
     """Checks each run's record against the queue; asks slow sources (logs, sacct) only for runs it must."""
 
-    def __init__(self, sweep: Sweep, queue: Optional[slurm_parse.QueueState]) -> None:
+    def __init__(self, sweep: SweepListing, queue: Optional[slurm_parse.QueueState]) -> None:
         self.sweep = sweep
         self.warnings: List[str] = []
         self.queue = queue
@@ -151,7 +149,7 @@ class _Judge:
                 self.sweep.dir, [str(r.run_dir) for r in self.sweep.runs if r.run_dir], LAUNCHER_QUIET_S)
         return self._launcher_alive
 
-    def state(self, spec: RunSpec, rs: RunState, summary: Dict[str, Any]) -> Tuple[State, str]:
+    def state(self, spec: ListedRun, rs: RunState, summary: Dict[str, Any]) -> Tuple[State, str]:
         state = rs.state if rs.state is not None else State.parse(summary.get("status"))  # older runs: metrics.json
         if state in FAILURES:
             return self._failed(spec, state, rs.error or summary.get("error"))
@@ -174,14 +172,14 @@ class _Judge:
             return (state if state in (State.REQUEUED, State.RETRYING) else State.RUNNING), ""
         return self._ended(spec, state)
 
-    def _failed(self, spec: RunSpec, state: State, error: Optional[str]) -> Tuple[State, str]:
+    def _failed(self, spec: ListedRun, state: State, error: Optional[str]) -> Tuple[State, str]:
         """A failure caused by the time limit (submitit gave up requeuing, or Slurm killed it) is a timeout."""
         if state is State.TIMEOUT or jobs.is_timeout(error or "") or (
                 spec.job_id and jobs.log_marker(self.sweep.submitit_folder, spec.job_id) is State.TIMEOUT):
             return State.TIMEOUT, "hit its time limit"
         return State.FAILED, ""
 
-    def _ended(self, spec: RunSpec, state: Optional[State]) -> Tuple[State, str]:
+    def _ended(self, spec: ListedRun, state: Optional[State]) -> Tuple[State, str]:
         """The record says active, but the job is gone from the queue (or never had one)."""
         folder, job_id = self.sweep.submitit_folder, spec.job_id
         started = state not in (None, State.QUEUED)
@@ -220,7 +218,7 @@ def held(q_state: str, reason: str) -> bool:
     return q_state in HELD_STATES or "held" in reason.lower()
 
 
-def collect(sweep: Sweep, poller: "Optional[slurm.Poller[slurm_parse.QueueState]]" = None) -> Snapshot:
+def collect(sweep: SweepListing, poller: "Optional[slurm.Poller[slurm_parse.QueueState]]" = None) -> Snapshot:
     """Every run's row, in run order. The queue is asked first (once for the whole sweep: files read after
     its answer are at least as new, so a run that ends meanwhile is never taken for lost); with a
     ``poller`` (``status --watch``), a failed call keeps the last answer for a few calls in a row."""
@@ -262,7 +260,7 @@ def packed_job_ids(specs: Iterable[Any]) -> Set[str]:
     return shared
 
 
-def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, state: State, note: str,
+def _row(sweep: SweepListing, spec: ListedRun, summary: Dict[str, Any], rs: RunState, state: State, note: str,
          now: float, packed: bool = False, logs: Optional[Set[str]] = None) -> Run:
     """``logs``: the names in the submitit folder, listed once for the sweep (None: stat each log)."""
     values = summary.get("metrics") or {}

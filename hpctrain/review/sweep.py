@@ -24,7 +24,7 @@ class SweepError(Exception):
 
 
 @dataclass
-class RunSpec:
+class ListedRun:
     idx: int
     name: str
     run_dir: Optional[Path]  # absolute; None while not known (a pending run of an in-flight local sweep)
@@ -34,11 +34,11 @@ class RunSpec:
 
 
 @dataclass
-class Sweep:
+class SweepListing:
     dir: Path
     launcher: str  # "local" | "slurm" | "unknown"
     submitit_folder: Path
-    runs: List[RunSpec]
+    runs: List[ListedRun]
     has_manifest: bool = True
     launcher_pid: Optional[int] = None  # the local launcher's process, as its manifest records it
     swept: List[str] = field(default_factory=list)  # override keys whose values differ between runs
@@ -49,7 +49,7 @@ class Sweep:
         """A search sweep's objective: its metric, or ``value`` (the task function's return value)."""
         return (self.search or {}).get("metric") or ("value" if self.search else None)
 
-    def values(self, run: RunSpec) -> Dict[str, str]:
+    def values(self, run: ListedRun) -> Dict[str, str]:
         """The run's swept values, ``{"lr": "0.001"}``."""
         parsed = parse_overrides(run.overrides)
         return {k: parsed[k] for k in self.swept if k in parsed}
@@ -76,7 +76,7 @@ def typed_value(value: str) -> Any:
     return value
 
 
-def swept_keys(runs: List[RunSpec]) -> List[str]:
+def swept_keys(runs: List[ListedRun]) -> List[str]:
     """Keys whose value is not the same in every run; with one run, all of its override keys."""
     parsed = [parse_overrides(r.overrides) for r in runs]
     keys: List[str] = []
@@ -114,7 +114,7 @@ def find_sweep_dir(arg: Optional[str], root: Path = Path("multirun")) -> Path:
     return newest.parent.absolute()
 
 
-def load_sweep(sweep_dir: Path) -> Sweep:
+def load_sweep(sweep_dir: Path) -> SweepListing:
     found = manifest.read(sweep_dir)
     if found is None or not found.runs:
         sweep = discover_sweep(sweep_dir)
@@ -127,8 +127,8 @@ def load_sweep(sweep_dir: Path) -> Sweep:
     return sweep
 
 
-def _from_manifest(sweep_dir: Path, found: manifest.Manifest) -> Sweep:
-    runs = [RunSpec(idx=e.idx, name=e.name, run_dir=e.spec.run_dir, overrides=list(e.spec.overrides),
+def _from_manifest(sweep_dir: Path, found: manifest.Manifest) -> SweepListing:
+    runs = [ListedRun(idx=e.idx, name=e.name, run_dir=e.spec.run_dir, overrides=list(e.spec.overrides),
                     job_id=e.job_id, max_steps=e.spec.max_steps)
             for e in sorted(found.runs.values(), key=lambda e: e.idx)]
     default = SweepPaths(sweep_dir).submitit
@@ -137,7 +137,7 @@ def _from_manifest(sweep_dir: Path, found: manifest.Manifest) -> Sweep:
         folder = sweep_dir / folder
     if not folder.is_dir() and default.is_dir():
         folder = default  # the sweep dir was moved or copied
-    return Sweep(dir=sweep_dir, launcher=str(found.launcher or "unknown"), submitit_folder=folder,
+    return SweepListing(dir=sweep_dir, launcher=str(found.launcher or "unknown"), submitit_folder=folder,
                  runs=runs, has_manifest=True, launcher_pid=found.launcher_pid,
                  search=search_review.settings(found))
 
@@ -190,7 +190,7 @@ def _index_of(path: Path) -> Optional[int]:
     return int(num) if num is not None else None
 
 
-def discover_sweep(sweep_dir: Path) -> Sweep:
+def discover_sweep(sweep_dir: Path) -> SweepListing:
     cfg = _load_yaml(SweepPaths(sweep_dir).multirun_yaml)
     if not isinstance(cfg, dict) or "hydra" not in cfg:
         raise SweepError(f"{sweep_dir}: neither a launcher manifest ({SWEEP_MANIFEST}) nor a readable "
@@ -198,16 +198,16 @@ def discover_sweep(sweep_dir: Path) -> Sweep:
     hydra = cfg["hydra"]
     expected = expected_runs(hydra) or []
     by_overrides = {tuple(o): i for i, o in enumerate(expected)}
-    specs: Dict[int, RunSpec] = {}
+    specs: Dict[int, ListedRun] = {}
     for path, overrides in _run_dirs(sweep_dir):
         idx = by_overrides.get(tuple(overrides))
         if idx is None:
             idx = _index_of(path)
         if idx is None or idx in specs:
             continue
-        specs[idx] = RunSpec(idx, path.name, path, overrides, None)
+        specs[idx] = ListedRun(idx, path.name, path, overrides, None)
     for idx, overrides in enumerate(expected):
-        specs.setdefault(idx, RunSpec(idx, f"{idx} (not started)", None, overrides, None))
+        specs.setdefault(idx, ListedRun(idx, f"{idx} (not started)", None, overrides, None))
     default_steps = cfg.get("max_steps")
     for spec in specs.values():
         job_id = events.read(spec.run_dir).job_id
@@ -219,7 +219,7 @@ def discover_sweep(sweep_dir: Path) -> Sweep:
     kind = "slurm" if "slurm" in target.lower() else "local" if "local" in target.lower() else "unknown"
     folder = str(launcher.get("submitit_folder") or "${hydra.sweep.dir}/.submitit")
     folder = folder.replace("${hydra.sweep.dir}", str(sweep_dir))
-    return Sweep(dir=sweep_dir, launcher=kind, submitit_folder=Path(folder),
+    return SweepListing(dir=sweep_dir, launcher=kind, submitit_folder=Path(folder),
                  runs=[specs[i] for i in sorted(specs)], has_manifest=False)
 
 
