@@ -5,6 +5,7 @@ of "what is really there" is set up exactly: run records written with hpctrain.c
 transitions, and a stand-in squeue/sacct on PATH.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -418,7 +419,7 @@ def test_a_requeue_records_its_steps_and_the_cost_says_what_was_redone(tmp_path,
     (run_dir / "metrics.json").write_text(json.dumps({"step": 200, "max_steps": 200}))
     (run,) = collect(load_sweep(sweep)).runs
     assert run.requeue_steps == [(150, 100), (160, 160), (None, 160)]
-    run.cost = cost.with_redone(cost.Cost(2.5, 10.0, 9000, 4, False), run.requeue_steps, run.step)
+    run = dataclasses.replace(run, cost=cost.with_redone(cost.Cost(2.5, 10.0, 9000, 4, False), run.requeue_steps, run.step))  # a run is frozen
     assert run.cost.requeues == 3 and run.cost.redone_steps == 50 and run.cost.redone_unknown == 1
     assert run.cost.redone_gpu_hours == pytest.approx(2.5 * 50 / 250)
     assert cost.redone_line([run]) == ("redone after 3 requeues: 0.5 GPU-hours (50 steps between the last "

@@ -33,7 +33,8 @@ WAIT_S = 20.0
 def _slurm(snap: Snapshot, targets: List[Run], whole: bool) -> Dict[str, int]:
     """scancel, then wait until the jobs have left the queue; ``{job_id: idx}`` of those cancelled."""
     if whole:  # one id per array cancels every task of it still queued or running
-        ids = sorted(set(slurm_parse.array_ids(r.job_id for r in targets)) | set(_queued_arrays(snap.sweep.dir)))
+        ids = sorted(set(slurm_parse.array_ids(r.job_id for r in targets)) | set(_queued_arrays(snap.sweep.dir)),
+                     key=slurm_parse.job_order)
     else:
         ids = [r.job_id for r in targets if r.job_id]
     rc, err = slurm.scancel(ids)
@@ -50,7 +51,7 @@ def _slurm(snap: Snapshot, targets: List[Run], whole: bool) -> Dict[str, int]:
         if not still or time.time() > deadline:
             break
         time.sleep(0.5)
-    for job_id in sorted(still):
+    for job_id in sorted(still, key=slurm_parse.job_order):
         print(f"hpctrain cancel: run #{left[job_id]} (job {job_id}) is still in the queue", file=sys.stderr)
     return {j: i for j, i in left.items() if j not in still}
 
@@ -59,9 +60,9 @@ def _queued_arrays(sweep_dir: Path) -> List[str]:
     """The arrays any submission of the sweep queued (sweep.json) that still have tasks in the queue: a run
     maps to its latest job only, and an earlier array must not be left behind."""
     m = manifest.read(sweep_dir)
-    ids = sorted({j for s in (m.submissions if m else []) for j in slurm_parse.array_ids(s.job_ids)})
+    ids = slurm_parse.array_ids(j for s in (m.submissions if m else []) for j in s.job_ids)
     queue = slurm.squeue(ids) if ids else {}
-    return sorted({slurm_parse.split_job_id(j)[0] for j in queue or {}} & set(ids))
+    return sorted({slurm_parse.split_job_id(j)[0] for j in queue or {}} & set(ids), key=slurm_parse.job_order)
 
 
 def _local(snap: Snapshot, targets: List[Run], whole: bool) -> Dict[str, int]:

@@ -37,19 +37,6 @@ def read_scalars(run_dir: Optional[str], tags: Iterable[str]) -> Dict[str, Curve
     return {tag: [(int(e.step), float(e.value)) for e in acc.Scalars(tag)] for tag in tags if tag in have}
 
 
-def scalar_tags(run_dir: Optional[str]) -> List[str]:
-    if not run_dir or not RunPaths(run_dir).tb.is_dir():
-        return []
-    from tensorboard.backend.event_processing import event_accumulator as ea
-
-    acc = ea.EventAccumulator(str(RunPaths(run_dir).tb), size_guidance={ea.SCALARS: 1})
-    try:
-        acc.Reload()
-    except Exception:  # noqa: BLE001
-        return []
-    return sorted(acc.Tags().get("scalars", []))
-
-
 LEGEND_MAX = 12  # more runs than this: only the best one is named in the legend
 MAX_FACETS = 12  # more combinations of the other swept keys than this: one panel, the runs' colours tell them apart
 SIZE_IN, DPI = (9.0, 5.5), 110

@@ -7,6 +7,7 @@ matched by their ``.hydra/overrides.yaml``.
 
 import functools
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -17,6 +18,10 @@ from hpctrain.core import events, manifest
 from hpctrain.core.paths import MULTIRUN_YAML, SWEEP_MANIFEST, RunPaths, SweepPaths
 from hpctrain.core.redact import is_secret_key, redact_override
 from hpctrain.review import search as search_review
+from hpctrain.slurm.parse import job_order
+
+
+FUTURE_SLACK_S = 60.0  # clocks of login nodes and shared file systems differ by seconds, not by this
 
 
 class SweepError(Exception):
@@ -43,6 +48,7 @@ class SweepListing:
     launcher_pid: Optional[int] = None  # the local launcher's process, as its manifest records it
     swept: List[str] = field(default_factory=list)  # override keys whose values differ between runs
     search: Optional[Dict[str, Any]] = None  # a search sweep's settings (sweep.json "search"); runs are trials
+    worker_job_ids: List[str] = field(default_factory=list)  # a search's worker tasks, in worker order
 
     @property
     def objective_metric(self) -> Optional[str]:
@@ -93,7 +99,7 @@ def is_sweep_dir(path: Path) -> bool:
 
 
 def find_sweep_dir(arg: Optional[str], root: Path = Path("multirun")) -> Path:
-    """The given sweep dir, checked; else the newest sweep under ``./multirun``."""
+    """The given sweep dir, checked; else the newest sweep under ``./multirun`` (its manifest's mtime)."""
     if arg:
         path = Path(arg).expanduser()
         if not path.is_dir():
@@ -110,13 +116,23 @@ def find_sweep_dir(arg: Optional[str], root: Path = Path("multirun")) -> Path:
     if not candidates:
         raise SweepError(f"{root.absolute()}: no sweep found (expected <sweep_dir>/multirun.yaml or sweep.json "
                          f"under it); pass SWEEP_DIR")
-    newest = max(candidates, key=lambda p: p.stat().st_mtime)
-    return newest.parent.absolute()
+    now = time.time()
+
+    def age(path: Path) -> Tuple[bool, float, Tuple[str, ...]]:
+        # a file dated in the future (a clock ahead, a copy that kept its times) says nothing of when the
+        # sweep was made: it ranks below every sane one, by name (Hydra's multirun/DATE/TIME) among those
+        mtime = path.stat().st_mtime
+        sane = mtime <= now + FUTURE_SLACK_S
+        return sane, mtime if sane else 0.0, path.parent.relative_to(root).parts
+
+    return max(candidates, key=age).parent.absolute()
 
 
 def load_sweep(sweep_dir: Path) -> SweepListing:
     found = manifest.read(sweep_dir)
-    if found is None or not found.runs:
+    if found is not None and not found.runs and found.search is not None:
+        sweep = _from_manifest(sweep_dir, found)  # a search before its first trial: its workers say why
+    elif found is None or not found.runs:
         sweep = discover_sweep(sweep_dir)
     else:
         sweep = _from_manifest(sweep_dir, found)
@@ -139,7 +155,16 @@ def _from_manifest(sweep_dir: Path, found: manifest.Manifest) -> SweepListing:
         folder = default  # the sweep dir was moved or copied
     return SweepListing(dir=sweep_dir, launcher=str(found.launcher or "unknown"), submitit_folder=folder,
                  runs=runs, has_manifest=True, launcher_pid=found.launcher_pid,
-                 search=search_review.settings(found))
+                 search=search_review.settings(found), worker_job_ids=_worker_job_ids(found))
+
+
+def _worker_job_ids(found: manifest.Manifest) -> List[str]:
+    """The latest submission's search workers (``123_0``, ``123_1``, ...; local pids), in worker order."""
+    for sub in reversed(found.submissions):
+        ids = [str(j) for j in sub.extra.get("worker_job_ids") or []]
+        if ids:
+            return sorted(ids, key=job_order)
+    return []
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
