@@ -99,7 +99,7 @@ class Manifest:
     def from_json(cls, data: Dict[str, Any], sweep_dir: PathLike) -> "Manifest":
         known = {"launcher", "app", "submitit_folder", "launcher_pid", "search", "submissions", "runs"}
         runs: Dict[int, RunEntry] = {}
-        raw_runs = data.get("runs") if isinstance(data.get("runs"), dict) else {}
+        raw_runs: Dict[str, Any] = data["runs"] if isinstance(data.get("runs"), dict) else {}
         for key, entry in raw_runs.items():
             try:
                 parsed = RunEntry.from_json(str(key), entry, sweep_dir) if isinstance(entry, dict) else None

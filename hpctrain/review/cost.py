@@ -36,7 +36,7 @@ class Allocation:
 
 def allocation(sweep_dir: Path) -> Allocation:
     """The per-task allocation from the sweep's saved Hydra config; nothing asked of Slurm."""
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     try:
         with open(Path(sweep_dir) / "multirun.yaml") as f:
@@ -73,10 +73,12 @@ def attempt_walls(rs: RunState, now: float, running: bool, last_seen: Any = None
     for i, start in enumerate(ordered):
         if start.kind is not EventKind.STARTED or start.rank > 0:
             continue
-        end_ns = next((e.time_ns for e in ordered[i + 1:] if e.kind is not EventKind.STARTED), None)
-        if end_ns is None:
-            seen = last_seen * 1e9 if isinstance(last_seen, (int, float)) and not isinstance(last_seen, bool) else 0
+        ended = next((e.time_ns for e in ordered[i + 1:] if e.kind is not EventKind.STARTED), None)
+        if ended is None:
+            seen = last_seen * 1e9 if isinstance(last_seen, (int, float)) and not isinstance(last_seen, bool) else 0.0
             end_ns = now * 1e9 if running else max(start.time_ns, min(seen, now * 1e9))
+        else:
+            end_ns = ended
         walls.append(max(0.0, (end_ns - start.time_ns) / 1e9))
     return walls
 

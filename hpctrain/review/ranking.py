@@ -10,7 +10,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from hpctrain.core.atomic import write_json_atomic, write_text_atomic
 from hpctrain.core.paths import RunPaths
@@ -70,7 +70,7 @@ def default_mode(metric: str, records: Optional[List[Run]] = None) -> Direction:
 
 
 def available_metrics(records: List[Run], last_values: Dict[int, Dict[str, float]]) -> List[str]:
-    names = set()
+    names: Set[str] = set()
     for r in records:
         names.update(k for k, v in r.metrics.items() if isinstance(v, (int, float)))
         names.update(last_values.get(r.idx, {}))
@@ -85,8 +85,9 @@ def rank(records: List[Run], metric: str, mode: "Direction | str",
     for r in records:
         value = r.metrics.get(metric, last_values.get(r.idx, {}).get(metric))
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ranked.append(Ranked(r, float(value) if ok else None))
-    with_value = sorted((x for x in ranked if x.value is not None), key=lambda x: (mode.sign * x.value, x.record.idx))
+        ranked.append(Ranked(r, float(value) if ok and value is not None else None))
+    with_value = sorted((x for x in ranked if x.value is not None),
+                        key=lambda x: (mode.sign * (x.value or 0.0), x.record.idx))  # with a value: never None
     for n, x in enumerate(with_value, 1):
         x.rank = n
     rest = [x for x in ranked if x.value is None]
@@ -111,12 +112,12 @@ def reproduce_command(record: Run, app: Optional[str] = None) -> str:
     return f"{cmd}  {hint}" if hint else cmd
 
 
-def _launch_cwd(run_dir: Optional[str]) -> Optional[str]:
+def _launch_cwd(run_dir: "Optional[str | Path]") -> Optional[str]:
     if not run_dir:
         return None
     path = RunPaths(run_dir).hydra_yaml
     try:
-        import yaml
+        import yaml  # type: ignore[import-untyped]
 
         with open(path) as f:
             cfg = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

@@ -46,7 +46,7 @@ class Sweep:
         if not scored:
             return None
         pick = min if self.direction is Direction.MIN else max
-        return pick(scored, key=lambda r: r.objective)
+        return pick(scored, key=lambda r: float(r.objective or 0.0))  # scored: never None
 
     def gpu_hours(self, state: Optional[State] = None) -> float:
         """GPU-hours of every run, or of the runs that ended ``state`` (completed, failed, cancelled, ...)."""

@@ -118,7 +118,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
         print(f"hpctrain report: error: no run of {sweep_dir} has the metric {metric!r} ({hint})", file=sys.stderr)
         return 2
     declared = objective(records)
-    is_objective = bool(declared) and declared.get("metric") == metric and wanted in (None, declared.get("mode"))
+    is_objective = declared is not None and declared.get("metric") == metric and wanted in (None, declared.get("mode"))
     ranking = rank(records, metric, wanted or default_mode(metric, records), last)
     command = reproduce_command(ranking.best.record, manifest.app if manifest else None) if ranking.best else None
     code: List[str] = []  # the commit(s) the best run's code came from; its command reruns that code

@@ -226,12 +226,13 @@ class _Judge:
             if marker:
                 return marker, "from the job's log"
             acct = self.sacct(job_id)
-            if acct in slurm_parse.SACCT_FINAL:
-                if slurm_parse.SACCT_FINAL[acct] is State.COMPLETED:
+            final = slurm_parse.SACCT_FINAL.get(acct) if acct else None
+            if final is not None:
+                if final is State.COMPLETED:
                     # the job script ended well (its step's exit code 0), but the run never recorded its
                     # completion: it ended without a result
                     return State.FAILED, f"sacct: {acct}, but the run never recorded its completion: see its log"
-                return slurm_parse.SACCT_FINAL[acct], f"sacct: {acct}"
+                return final, f"sacct: {acct}"
             outcome = jobs.result_outcome(folder, job_id)
             if outcome:
                 return (State.COMPLETED if outcome == "success" else State.FAILED), "from submitit's result"

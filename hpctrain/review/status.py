@@ -5,6 +5,7 @@ Login-node code: rich and the run files only (no torch, no matplotlib, no Tensor
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +99,8 @@ def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json:
     while True:
         listing = load_sweep(sweep_dir)
         if watch and poller is None:  # rides out a busy slurmctld: a failed call is unknown, not gone
-            ids = [r.job_id for r in listing.runs] + list(listing.worker_job_ids)
-            poller = slurm.Poller(lambda ids=ids: slurm.squeue(ids), "squeue")
+            poller = slurm.Poller(partial(slurm.squeue, [*(r.job_id for r in listing.runs), *listing.worker_job_ids]),
+                                  "squeue")
         sweep = reader.read(listing, poller)
         if as_json:
             runs = [{**r.to_dict(), "gpu_hours": r.gpu_hours} for r in sweep.runs]

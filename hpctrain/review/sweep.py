@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from hpctrain.core import events, manifest
 from hpctrain.core.paths import MULTIRUN_YAML, SWEEP_MANIFEST, RunPaths, SweepPaths
@@ -109,7 +109,7 @@ def find_sweep_dir(arg: Optional[str], root: Path = Path("multirun")) -> Path:
                 raise SweepError(f"{path}: is one run of the sweep {path.parent}; pass the sweep dir")
             raise SweepError(f"{path}: not a sweep dir (expected sweep.json or multirun.yaml in it)")
         return path.absolute()
-    candidates = []
+    candidates: List[Path] = []
     for depth in ("*", "*/*", "*/*/*"):
         for name in (SWEEP_MANIFEST, MULTIRUN_YAML):
             candidates += root.glob(f"{depth}/{name}")

@@ -55,7 +55,7 @@ def swept_labels(overrides: Sequence[Sequence[str]]) -> List[str]:
 def objective_text(metrics_json: Dict[str, Any]) -> str:
     """``val/loss=0.4132``: the run's objective (else the first metric a foreign app returned); "" without."""
     metrics = metrics_json.get("metrics") or {}
-    told = metrics_json.get("objective") if isinstance(metrics_json.get("objective"), dict) else {}
+    told: Dict[str, Any] = metrics_json["objective"] if isinstance(metrics_json.get("objective"), dict) else {}
     if isinstance(told.get("value"), (int, float)) and not isinstance(told.get("value"), bool):
         return f"{told.get('metric') or 'value'}={told['value']:.4g}"  # what a search's worker told the study
     name = told.get("metric") if told.get("metric") in metrics else next(iter(metrics), None)
@@ -175,7 +175,8 @@ class Progress:
                 + (f", ETA {duration(eta)}" if eta is not None else ""))
 
     def event_line(self, idx: int, s: LastRead, counts: Optional[str] = None) -> str:
-        what = {State.RUNNING: "started", State.RETRYING: "retrying", State.REQUEUED: "requeued"}.get(s.state) or str(s.state)
+        what = {State.RUNNING: "started", State.RETRYING: "retrying", State.REQUEUED: "requeued"}.get(s.state) if s.state else None
+        what = what or str(s.state)
         detail = ""
         if s.state is State.RUNNING and s.job_id:
             detail = f" (job {s.job_id})"

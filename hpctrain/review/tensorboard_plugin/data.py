@@ -62,15 +62,19 @@ def number(value: Any) -> Any:
 
 
 def _torn_metrics(run_dir: Any) -> bool:
-    path = os.path.join(run_dir, runfiles.METRICS) if run_dir else None
-    return bool(path) and os.path.exists(path) and runfiles.read_json(path) is None
+    if not run_dir:
+        return False
+    path = os.path.join(run_dir, runfiles.METRICS)
+    return os.path.exists(path) and runfiles.read_json(path) is None
 
 
 def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
     sweep, problems = read_sweep(sweep_dir)
     runs = sweep.runs if sweep is not None else []
     local = sweep is not None and sweep.launcher == "local"
-    rows, queue, failed = [], [], []
+    rows: List[Dict[str, Any]] = []
+    queue: List[Dict[str, Any]] = []
+    failed: List[Dict[str, Any]] = []
     for r in runs:
         row = {
             "idx": r.idx, "label": fmt.label(r.values, r.overrides), "state": r.state, "note": r.note,
@@ -88,7 +92,7 @@ def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
             failed.append({"idx": r.idx, "label": row["label"], "state": r.state, "error": r.error or r.note or "",
                            "log": r.log, "tail": tails.tail(r.log) if len(failed) < MAX_LOG_TAILS else []})
         if r.step is None and _torn_metrics(r.run_dir):
-            problems.append(f"#{r.idx}: {os.path.join(r.run_dir, runfiles.METRICS)} could not be read "
+            problems.append(f"#{r.idx}: {os.path.join(str(r.run_dir), runfiles.METRICS)} could not be read "
                             f"(torn or half written): its row shows what the run record says")
     counts: Dict[str, int] = {s.value: n for s, n in sweep.counts().items()} if sweep is not None else {}
     objective = ({"metric": sweep.objective_metric, "mode": sweep.direction.value}
