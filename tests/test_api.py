@@ -87,5 +87,5 @@ def test_a_slurm_launch_returns_once_queued_and_its_cost_comes_from_accounting(s
                             capture_output=True, text=True, env=hpctrain_env(), cwd=tmp_path)
     shown = json.loads(status.stdout)
     api = hpctrain.load(tmp_path / "s")
-    assert [r["gpu_hours"] for r in shown["runs"]] == pytest.approx([r.gpu_hours for r in api.runs])
+    assert [r["gpu_hours"] for r in shown["runs"]] == pytest.approx([r.cost.gpu_hours for r in api.runs])
     assert shown["gpu_hours"] == pytest.approx(api.gpu_hours()) and api.gpu_hours() > 0

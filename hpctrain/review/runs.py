@@ -74,10 +74,6 @@ class Run:
         """The swept values, as numbers where they are numbers."""
         return {k: typed_value(v) for k, v in self.values.items()}
 
-    @property
-    def gpu_hours(self) -> Optional[float]:
-        return self.cost.gpu_hours if self.cost else None
-
 
 def state_counts(runs: Iterable[Any]) -> Dict[State, int]:
     """How many runs are in each state, in STATES order, states with none left out."""

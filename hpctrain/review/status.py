@@ -103,7 +103,7 @@ def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json:
                                   "squeue")
         sweep = reader.read(listing, poller)
         if as_json:
-            runs = [{**r.to_dict(), "gpu_hours": r.gpu_hours} for r in sweep.runs]
+            runs = [{**r.to_dict(), "gpu_hours": r.cost.gpu_hours if r.cost else None} for r in sweep.runs]
             print(json.dumps({"sweep_dir": str(sweep_dir), "counts": sweep.counts(), "warnings": sweep.problems,
                               "dead_workers": sweep.dead_workers, "runs": runs, "gpu_hours": sweep.gpu_hours()},
                              indent=1, default=str))

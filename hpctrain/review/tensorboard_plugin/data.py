@@ -80,7 +80,7 @@ def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
             "idx": r.idx, "label": fmt.label(r.values, r.overrides), "state": r.state, "note": r.note,
             "step": r.step, "max_steps": r.max_steps, "objective": number(r.objective),
             "restarts": r.restarts, "elapsed": fmt.duration(r.elapsed_s), "job_id": r.job_id,
-            "gpu_hours": number(r.gpu_hours), "estimated": bool(r.cost and r.cost.estimated),
+            "gpu_hours": number(r.cost.gpu_hours if r.cost else None), "estimated": bool(r.cost and r.cost.estimated),
             "redone_gpu_hours": number(r.cost.redone_gpu_hours) if r.cost and r.cost.requeues else None,
             "gpu_util": number(r.utilisation.get("gpu_util_mean")),
         }
