@@ -29,7 +29,7 @@ def test_a_local_launch_returns_at_once_and_load_reads_it_back(tmp_path, monkeyp
     done = sweep.wait(poll_s=0.5, timeout_s=300)
     assert [r.state for r in done.runs] == [State.COMPLETED, State.COMPLETED]
     assert done.swept == ["lr"] and [r.params for r in done.runs] == [{"lr": 0.001}, {"lr": 0.01}]
-    truth = {r.index: json.loads((r.run_dir / "metrics.json").read_text()) for r in done.runs}
+    truth = {r.idx: json.loads((r.run_dir / "metrics.json").read_text()) for r in done.runs}
     assert done.objective_metric == "val/loss"
     best = done.best()
     assert best.objective == min(t["metrics"]["val/loss"] for t in truth.values())
@@ -80,12 +80,12 @@ def test_a_slurm_launch_returns_once_queued_and_its_cost_comes_from_accounting(s
                 break
             time.sleep(0.5)
         elapsed = sum(int(line.split("|")[0]) for line in acct)
-        cost = hpctrain.load(tmp_path / "s").runs[run.index].cost
+        cost = hpctrain.load(tmp_path / "s").runs[run.idx].cost
         assert cost is not None and not cost.estimated, cost
         assert cost.gpu_hours == pytest.approx(elapsed / 3600) and cost.attempts == len(acct)
     status = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(tmp_path / "s"), "--json"],
                             capture_output=True, text=True, env=hpctrain_env(), cwd=tmp_path)
     shown = json.loads(status.stdout)
     api = hpctrain.load(tmp_path / "s")
-    assert [r["gpu_hours"] for r in shown["runs"]] == pytest.approx([r.gpu_hours for r in api.runs])
+    assert [r["gpu_hours"] for r in shown["runs"]] == pytest.approx([r.cost.gpu_hours for r in api.runs])
     assert shown["gpu_hours"] == pytest.approx(api.gpu_hours()) and api.gpu_hours() > 0

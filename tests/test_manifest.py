@@ -35,7 +35,7 @@ def test_entries_are_runspecs_plus_their_job_id_and_round_trip(tmp_path):
     def add(m: manifest.Manifest) -> None:
         m.launcher = "local"
         m.runs[3] = manifest.RunEntry(spec, "123", {"trial": 3, "params": {"lr": 0.1}})
-        m.submissions.append(manifest.Submission(runs=[3], extra={"workers": 1}))
+        m.submissions.append(manifest.SubmissionRecord(runs=[3], extra={"workers": 1}))
 
     manifest.update(tmp_path, add)
     raw = json.loads((tmp_path / "sweep.json").read_text())

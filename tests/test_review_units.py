@@ -5,6 +5,7 @@ of "what is really there" is set up exactly: run records written with hpctrain.c
 transitions, and a stand-in squeue/sacct on PATH.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -17,8 +18,8 @@ from hpctrain.slurm import query as slurm
 from hpctrain.core import events
 from hpctrain.review import fmt, jobs, plots
 from hpctrain.review.ranking import default_metric, default_mode, rank, reproduce_command
-from hpctrain.review.runs import RunRow, collect
-from hpctrain.review.sweep import RunSpec, SweepError, expected_runs, find_sweep_dir, load_sweep, parse_overrides, swept_keys
+from hpctrain.review.runs import Run, collect
+from hpctrain.review.sweep import ListedRun, SweepError, expected_runs, find_sweep_dir, load_sweep, parse_overrides, swept_keys
 
 pytestmark = pytest.mark.login  # login-node code: also run against the oldest and newest pinned Hydra
 
@@ -280,7 +281,7 @@ def test_find_sweep_dir(tmp_path, monkeypatch):
 
 
 def test_swept_keys_and_overrides():
-    runs = [RunSpec(i, "", None, [f"lr={lr}", "max_steps=5", f"+model.width={w}"], None)
+    runs = [ListedRun(i, "", None, [f"lr={lr}", "max_steps=5", f"+model.width={w}"], None)
             for i, (lr, w) in enumerate([(0.1, 8), (0.01, 8), (0.1, 16)])]
     assert swept_keys(runs) == ["lr", "model.width"]
     assert swept_keys(runs[:1]) == ["lr", "max_steps", "model.width"]
@@ -288,7 +289,7 @@ def test_swept_keys_and_overrides():
 
 
 def _rec(idx, state, metrics, overrides=None, objective=None):
-    return RunRow(idx=idx, name=str(idx), values={"lr": str(idx)}, overrides=overrides or [f"lr={idx}"],
+    return Run(idx=idx, name=str(idx), values={"lr": str(idx)}, overrides=overrides or [f"lr={idx}"],
                      run_dir=None, job_id=None, state=state, metrics=metrics, declared_objective=objective)
 
 
@@ -418,7 +419,7 @@ def test_a_requeue_records_its_steps_and_the_cost_says_what_was_redone(tmp_path,
     (run_dir / "metrics.json").write_text(json.dumps({"step": 200, "max_steps": 200}))
     (run,) = collect(load_sweep(sweep)).runs
     assert run.requeue_steps == [(150, 100), (160, 160), (None, 160)]
-    run.cost = cost.with_redone(cost.Cost(2.5, 10.0, 9000, 4, False), run.requeue_steps, run.step)
+    run = dataclasses.replace(run, cost=cost.with_redone(cost.Cost(2.5, 10.0, 9000, 4, False), run.requeue_steps, run.step))  # a run is frozen
     assert run.cost.requeues == 3 and run.cost.redone_steps == 50 and run.cost.redone_unknown == 1
     assert run.cost.redone_gpu_hours == pytest.approx(2.5 * 50 / 250)
     assert cost.redone_line([run]) == ("redone after 3 requeues: 0.5 GPU-hours (50 steps between the last "

@@ -66,10 +66,10 @@ def test_total_line_splits_gpu_hours_by_state_and_low_utilisation_is_flagged():
     from hpctrain.review import cost
 
     cost_of = {0: cost.Cost(2.0, 16.0, 3600, 1, False), 1: cost.Cost(0.5, 4.0, 900, 2, False)}
-    rows = [SimpleNamespace(idx=0, state=State.COMPLETED, sys={"gpu_util_mean": 85.0}, cost=cost_of[0]),
-            SimpleNamespace(idx=1, state=State.FAILED, sys={"gpu_util_mean": 7.5, "gpu_mem_peak_gb": 3.2},
+    rows = [SimpleNamespace(idx=0, state=State.COMPLETED, utilisation={"gpu_util_mean": 85.0}, cost=cost_of[0]),
+            SimpleNamespace(idx=1, state=State.FAILED, utilisation={"gpu_util_mean": 7.5, "gpu_mem_peak_gb": 3.2},
                             cost=cost_of[1]),
-            SimpleNamespace(idx=2, state=State.CANCELLED, sys={}, cost=None)]
+            SimpleNamespace(idx=2, state=State.CANCELLED, utilisation={}, cost=None)]
     assert cost.total_line(rows) == "GPU-hours: 2.5 (completed 2, failed 0.5), CPU-hours: 20"
     assert cost.shown(cost_of[1]) == "0.5" and cost.shown(None) == "-"
     assert cost.shown(cost.Cost(0.25, 1, 1, 1, True)) == "~0.25"

@@ -56,7 +56,7 @@ class RunEntry:
 
 
 @dataclass
-class Submission:
+class SubmissionRecord:
     time: float = field(default_factory=time.time)
     job_ids: List[str] = field(default_factory=list)  # the Slurm job (array) ids, or the local pids
     runs: List[int] = field(default_factory=list)  # the runs this submission started
@@ -68,7 +68,7 @@ class Submission:
                 "launcher_pid": self.launcher_pid}
 
     @classmethod
-    def from_json(cls, data: Dict[str, Any]) -> "Submission":
+    def from_json(cls, data: Dict[str, Any]) -> "SubmissionRecord":
         known = {"time", "job_ids", "runs", "launcher_pid"}
         return cls(time=float(data.get("time") or 0.0), job_ids=[str(j) for j in data.get("job_ids") or []],
                    runs=[int(i) for i in data.get("runs") or []], launcher_pid=data.get("launcher_pid"),
@@ -82,7 +82,7 @@ class Manifest:
     submitit_folder: Optional[str] = None
     launcher_pid: Optional[int] = None  # the last launching process (a local sweep's launcher)
     search: Optional[Dict[str, Any]] = None  # a search sweep's settings; its runs are trials
-    submissions: List[Submission] = field(default_factory=list)
+    submissions: List[SubmissionRecord] = field(default_factory=list)
     runs: Dict[int, RunEntry] = field(default_factory=dict)
     extra: Dict[str, Any] = field(default_factory=dict)
 
@@ -99,8 +99,7 @@ class Manifest:
     def from_json(cls, data: Dict[str, Any], sweep_dir: PathLike) -> "Manifest":
         known = {"launcher", "app", "submitit_folder", "launcher_pid", "search", "submissions", "runs"}
         runs: Dict[int, RunEntry] = {}
-        raw = data.get("runs")
-        raw_runs: Dict[Any, Any] = raw if isinstance(raw, dict) else {}
+        raw_runs: Dict[str, Any] = data["runs"] if isinstance(data.get("runs"), dict) else {}
         for key, entry in raw_runs.items():
             try:
                 parsed = RunEntry.from_json(str(key), entry, sweep_dir) if isinstance(entry, dict) else None
@@ -111,12 +110,12 @@ class Manifest:
         search = data.get("search")
         return cls(launcher=data.get("launcher"), app=data.get("app"), submitit_folder=data.get("submitit_folder"),
                    launcher_pid=data.get("launcher_pid"), search=search if isinstance(search, dict) else None,
-                   submissions=[Submission.from_json(s) for s in data.get("submissions") or [] if isinstance(s, dict)],
+                   submissions=[SubmissionRecord.from_json(s) for s in data.get("submissions") or [] if isinstance(s, dict)],
                    runs=runs, extra={k: v for k, v in data.items() if k not in known})
 
-    def last_submission(self) -> Submission:
+    def last_submission(self) -> SubmissionRecord:
         if not self.submissions:
-            self.submissions.append(Submission())
+            self.submissions.append(SubmissionRecord())
         return self.submissions[-1]
 
 

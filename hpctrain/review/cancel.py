@@ -21,7 +21,7 @@ from hpctrain.core import events, manifest, summary
 from hpctrain.core.paths import PACKED_CANCELLED, RunPaths
 from hpctrain.core.state import ACTIVE, State
 from hpctrain.review import fmt, jobs
-from hpctrain.review.runs import RunRow, Snapshot, collect, packed_job_ids
+from hpctrain.review.runs import Run, Snapshot, collect, packed_job_ids
 from hpctrain.review.status import counts_line
 from hpctrain.review.sweep import load_sweep
 from hpctrain.slurm import parse as slurm_parse
@@ -30,10 +30,11 @@ from hpctrain.slurm import query as slurm
 WAIT_S = 20.0
 
 
-def _slurm(snap: Snapshot, targets: List[RunRow], whole: bool) -> Dict[str, int]:
+def _slurm(snap: Snapshot, targets: List[Run], whole: bool) -> Dict[str, int]:
     """scancel, then wait until the jobs have left the queue; ``{job_id: idx}`` of those cancelled."""
     if whole:  # one id per array cancels every task of it still queued or running
-        ids = sorted(set(slurm_parse.array_ids(r.job_id for r in targets)) | set(_queued_arrays(snap.sweep.dir)))
+        ids = sorted(set(slurm_parse.array_ids(r.job_id for r in targets)) | set(_queued_arrays(snap.sweep.dir)),
+                     key=slurm_parse.job_order)
     else:
         ids = [r.job_id for r in targets if r.job_id]
     rc, err = slurm.scancel(ids)
@@ -50,7 +51,7 @@ def _slurm(snap: Snapshot, targets: List[RunRow], whole: bool) -> Dict[str, int]
         if not still or time.time() > deadline:
             break
         time.sleep(0.5)
-    for job_id in sorted(still):
+    for job_id in sorted(still, key=slurm_parse.job_order):
         print(f"hpctrain cancel: run #{left[job_id]} (job {job_id}) is still in the queue", file=sys.stderr)
     return {j: i for j, i in left.items() if j not in still}
 
@@ -59,12 +60,12 @@ def _queued_arrays(sweep_dir: Path) -> List[str]:
     """The arrays any submission of the sweep queued (sweep.json) that still have tasks in the queue: a run
     maps to its latest job only, and an earlier array must not be left behind."""
     m = manifest.read(sweep_dir)
-    ids = sorted({j for s in (m.submissions if m else []) for j in slurm_parse.array_ids(s.job_ids)})
+    ids = slurm_parse.array_ids(j for s in (m.submissions if m else []) for j in s.job_ids)
     queue = slurm.squeue(ids) if ids else {}
-    return sorted({slurm_parse.split_job_id(j)[0] for j in queue or {}} & set(ids))
+    return sorted({slurm_parse.split_job_id(j)[0] for j in queue or {}} & set(ids), key=slurm_parse.job_order)
 
 
-def _local(snap: Snapshot, targets: List[RunRow], whole: bool) -> Dict[str, int]:
+def _local(snap: Snapshot, targets: List[Run], whole: bool) -> Dict[str, int]:
     """The launcher first (it would start the next pending run), then each running run's processes.
 
     The launcher is found as the parent of a run's controller; the sweep is looked at again until no
@@ -96,7 +97,7 @@ def _local(snap: Snapshot, targets: List[RunRow], whole: bool) -> Dict[str, int]
     return done
 
 
-def _left_to_their_pack(snap: Snapshot, targets: List[RunRow]) -> List[RunRow]:
+def _left_to_their_pack(snap: Snapshot, targets: List[Run]) -> List[Run]:
     """Chosen runs whose task runs other active runs too (``runs_per_task``): cancelling the task would end
     those as well, so the task itself stops these (it reads each running run's record, see pack.py)."""
     packed = packed_job_ids(snap.runs)
@@ -108,7 +109,7 @@ def _left_to_their_pack(snap: Snapshot, targets: List[RunRow]) -> List[RunRow]:
     return [r for r in targets if r.job_id in packed and not active.get(r.job_id, set()) <= chosen]
 
 
-def _stopped_by_their_pack(runs: List[RunRow]) -> set:
+def _stopped_by_their_pack(runs: List[Run]) -> set:
     """Indices of the packed runs whose task has stopped them (a line in their own log), or that are not
     running now (queued, requeued, retrying: their task skips a cancelled run when it starts again); waits
     up to WAIT_S for the running ones."""

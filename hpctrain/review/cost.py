@@ -1,7 +1,7 @@
 """What each run of a sweep cost: GPU-hours, CPU-hours and wall time over all its attempts.
 
 From accounting where it answers (``sacct -D``: every attempt, requeues and retries included; one call per
-sweep), else estimated from the run's own record (first start to last event) and its allocation, and marked
+sweep, made by :class:`hpctrain.review.runs.Accounting`), else estimated from the run's own record (first start to last event) and its allocation, and marked
 so. Runs packed into one task (``runs_per_task``) share its allocation evenly.
 """
 
@@ -9,9 +9,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hpctrain.core.state import EventKind, RunState, State
-from hpctrain.slurm import query as slurm
-from hpctrain.slurm.parse import Usage, split_job_id
+from hpctrain.core.state import EventKind, RunState
+from hpctrain.slurm.parse import Usage
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class Allocation:
 
 def allocation(sweep_dir: Path) -> Allocation:
     """The per-task allocation from the sweep's saved Hydra config; nothing asked of Slurm."""
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     try:
         with open(Path(sweep_dir) / "multirun.yaml") as f:
@@ -65,23 +64,21 @@ def from_accounting(attempts: Sequence[Usage], shared_by: int = 1) -> Cost:
                 wall_s=float(sum(a.elapsed_s for a in attempts)), attempts=len(attempts), estimated=False)
 
 
-def record_wall(rs: RunState, now: float) -> "tuple[float, int]":
-    """Seconds the run's attempts took by its own record (each start to the next event that ends it), and
-    how many attempts started; an attempt still running counts up to ``now``."""
-    walls = attempt_walls(rs, now)
-    return sum(walls), len(walls)
-
-
-def attempt_walls(rs: RunState, now: float) -> List[float]:
-    """Each attempt's seconds by the record, in start order (every submission's)."""
+def attempt_walls(rs: RunState, now: float, running: bool, last_seen: Any = None) -> List[float]:
+    """Each attempt's seconds by the record, in start order (every submission's). An attempt with no end
+    event counts up to ``now`` only while the run is ``running``; else up to ``last_seen`` (metrics.json's
+    last write) where that is after its start: a dead attempt's cost stops growing."""
     ordered = sorted(rs.events, key=lambda e: e.time_ns)
     walls = []
     for i, start in enumerate(ordered):
         if start.kind is not EventKind.STARTED or start.rank > 0:
             continue
-        end_ns = next((e.time_ns for e in ordered[i + 1:] if e.kind is not EventKind.STARTED), None)
-        if end_ns is None:
-            end_ns = now * 1e9 if rs.state in (State.RUNNING, None) else start.time_ns
+        ended = next((e.time_ns for e in ordered[i + 1:] if e.kind is not EventKind.STARTED), None)
+        if ended is None:
+            seen = last_seen * 1e9 if isinstance(last_seen, (int, float)) and not isinstance(last_seen, bool) else 0.0
+            end_ns = now * 1e9 if running else max(start.time_ns, min(seen, now * 1e9))
+        else:
+            end_ns = ended
         walls.append(max(0.0, (end_ns - start.time_ns) / 1e9))
     return walls
 
@@ -93,42 +90,6 @@ def from_record(wall_s: float, attempts: int, alloc: Allocation, shared_by: int 
     k = max(1, shared_by)
     return Cost(gpu_hours=alloc.gpus * wall_s / 3600 / k, cpu_hours=alloc.cpus * wall_s / 3600 / k, wall_s=wall_s,
                 attempts=attempts, estimated=True)
-
-
-def sweep_costs(sweep_dir: Path, launcher: str, runs: List[Dict[str, Any]]) -> "tuple[Dict[int, Cost], List[str]]":
-    """``{run index: Cost}`` for runs given as ``{"idx", "job_id", "wall_s", "attempts"}`` (the last two from
-    their records); the problems met, one line each."""
-    problems: List[str] = []
-    shares: Dict[str, int] = {}
-    for r in runs:
-        if r.get("job_id"):
-            shares[r["job_id"]] = shares.get(r["job_id"], 0) + 1
-    by_job: Dict[str, List[Usage]] = {}
-    if launcher == "slurm" and shares:
-        answer = slurm.usage(list(shares))
-        if answer is None:
-            problems.append("sacct did not answer: costs are estimated from the runs' records")
-        else:
-            rows, unreadable = answer
-            if unreadable:
-                problems.append(f"sacct: {unreadable} line(s) could not be read (left out)")
-            for row in rows:
-                by_job.setdefault(row.job_id, []).append(row)
-    alloc = allocation(sweep_dir)
-    out: Dict[int, Cost] = {}
-    for r in runs:
-        job_id = r.get("job_id")
-        attempts = by_job.get(job_id) if job_id else None
-        if attempts is None and job_id and split_job_id(job_id)[1] is None:
-            attempts = by_job.get(f"{job_id}_0")  # a one-point sweep: a plain job, accounted by its own id
-        shared = shares.get(job_id, 1) if job_id else 1
-        cost = (from_accounting(attempts, shared) if attempts
-                else from_record(float(r.get("wall_s") or 0.0), int(r.get("attempts") or 0), alloc, shared))
-        if cost is not None:
-            requeues = r.get("requeue_steps")
-            out[int(r["idx"])] = with_redone(cost, requeues, r.get("step")) if requeues else cost
-    return out, problems
-
 
 
 def with_redone(cost: Cost, requeue_steps: Sequence[Tuple[Optional[int], Optional[int]]],
@@ -156,13 +117,6 @@ def redone_line(runs: Sequence[Any]) -> Optional[str]:
 
 
 LOW_GPU_UTIL = 20.0  # % busy on average: below it a run is flagged (status, report)
-
-
-def for_rows(sweep_dir: Path, launcher: str, rows: Sequence[Any]) -> "tuple[Dict[int, Cost], List[str]]":
-    """Costs of review's rows (``runs.RunRow``), one sacct call for all of them."""
-    return sweep_costs(sweep_dir, launcher, [
-        {"idx": r.idx, "job_id": r.job_id, "wall_s": r.wall_s, "attempts": r.attempts, "step": r.step,
-         "requeue_steps": getattr(r, "requeue_steps", [])} for r in rows])
 
 
 def total_line(runs: Sequence[Any]) -> Optional[str]:
@@ -193,9 +147,9 @@ def low_utilisation(rows: Sequence[Any]) -> List[str]:
     """One line per run whose GPUs were less than LOW_GPU_UTIL % busy on average (when the job sampled them)."""
     out = []
     for r in rows:
-        util = (r.sys or {}).get("gpu_util_mean")
+        util = (r.utilisation or {}).get("gpu_util_mean")
         if isinstance(util, (int, float)) and util < LOW_GPU_UTIL:
-            peak = (r.sys or {}).get("gpu_mem_peak_gb")
+            peak = (r.utilisation or {}).get("gpu_mem_peak_gb")
             out.append(f"#{r.idx}: GPUs {util:.0f} % busy on average"
                        + (f", peak memory {peak:.1f} GB" if isinstance(peak, (int, float)) else "")
                        + ": a smaller allocation or more runs per GPU (hydra.launcher.runs_per_task) would do")

@@ -121,7 +121,7 @@ def recently_active(sweep_dir: Path, run_dirs: List[str], within_s: float) -> bo
     paths = [str(SweepPaths(sweep_dir).multirun_yaml)] + [os.path.join(d, METRICS) for d in run_dirs]
     for path in paths:
         try:
-            if now - os.stat(path).st_mtime < within_s:
+            if 0 <= now - os.stat(path).st_mtime < within_s:  # a future mtime is no sign of life
                 return True
         except OSError:
             continue

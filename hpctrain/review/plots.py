@@ -17,7 +17,7 @@ from hpctrain.review import fmt
 Curve = List[Tuple[int, float]]  # (step, value)
 
 
-def read_scalars(run_dir: Optional[str], tags: Iterable[str]) -> Dict[str, Curve]:
+def read_scalars(run_dir: "Optional[str | Path]", tags: Iterable[str]) -> Dict[str, Curve]:
     """``{tag: [(step, value), ...]}`` for those of ``tags`` the run's ``tb/`` holds; {} without events."""
     if not run_dir:
         return {}
@@ -35,19 +35,6 @@ def read_scalars(run_dir: Optional[str], tags: Iterable[str]) -> Dict[str, Curve
         return {}
     have = set(acc.Tags().get("scalars", []))
     return {tag: [(int(e.step), float(e.value)) for e in acc.Scalars(tag)] for tag in tags if tag in have}
-
-
-def scalar_tags(run_dir: Optional[str]) -> List[str]:
-    if not run_dir or not RunPaths(run_dir).tb.is_dir():
-        return []
-    from tensorboard.backend.event_processing import event_accumulator as ea
-
-    acc = ea.EventAccumulator(str(RunPaths(run_dir).tb), size_guidance={ea.SCALARS: 1})
-    try:
-        acc.Reload()
-    except Exception:  # noqa: BLE001
-        return []
-    return sorted(acc.Tags().get("scalars", []))
 
 
 LEGEND_MAX = 12  # more runs than this: only the best one is named in the legend
@@ -118,7 +105,7 @@ def loss_curves(curves: Dict[int, Dict[str, Curve]], labels: Dict[int, str], bes
             show = (named or idx == best) and tag == "train/loss"
             ax.plot(steps, values, style, color=colour, lw=width, alpha=alpha, label=(label if show else None),
                     marker="o" if tag == "val/loss" else None, ms=3, zorder=z)
-        if ax2 is not None and tags.get(extra):
+        if ax2 is not None and extra and tags.get(extra):
             steps, values = zip(*tags[extra])
             extra_values += [v for v in values if math.isfinite(v)]
             ax2.plot(steps, values, "-", color=colour, lw=width, alpha=alpha, marker="o", ms=3, zorder=z,
@@ -133,7 +120,7 @@ def loss_curves(curves: Dict[int, Dict[str, Curve]], labels: Dict[int, str], bes
     if ax2 is not None:
         if spans_decades(extra_values):
             ax2.set_yscale("log")
-        ax2.set_ylabel(extra)
+        ax2.set_ylabel(str(extra))
         ax2.set_title(f"{extra}, the metric ranked by")
         ax2.grid(True, alpha=0.3)
     (ax2 or ax).set_xlabel("step")

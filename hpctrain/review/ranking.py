@@ -10,14 +10,14 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from hpctrain.core.atomic import write_json_atomic, write_text_atomic
 from hpctrain.core.paths import RunPaths
 from hpctrain.core.redact import redact_overrides, secret_hint
 from hpctrain.core.state import FAILURES, Direction, State
 from hpctrain.review import fmt
-from hpctrain.review.runs import RunRow
+from hpctrain.review.runs import Run
 from hpctrain.review.sweep import typed_value  # noqa: F401 - importable from here too
 
 _HIGHER_IS_BETTER = re.compile(r"acc|f1|auc|score|mfu|per_s|throughput|reward|bleu|precision|recall", re.I)
@@ -25,7 +25,7 @@ _HIGHER_IS_BETTER = re.compile(r"acc|f1|auc|score|mfu|per_s|throughput|reward|bl
 
 @dataclass
 class Ranked:
-    record: RunRow
+    record: Run
     value: Optional[float]  # the metric's final value; None when the run has none (yet)
     rank: Optional[int] = None
 
@@ -39,12 +39,12 @@ class Ranking:
     best_note: str = ""  # set when the best run is not a completed one
 
 
-def objective(records: List[RunRow]) -> Optional[Dict[str, str]]:
+def objective(records: List[Run]) -> Optional[Dict[str, str]]:
     """The objective the runs declare in their metrics.json (``{"metric": ..., "mode": ...}``), if any."""
     return next((r.declared_objective for r in records if r.declared_objective), None)
 
 
-def default_metric(records: List[RunRow], last_values: Dict[int, Dict[str, float]]) -> str:
+def default_metric(records: List[Run], last_values: Dict[int, Dict[str, float]]) -> str:
     """The runs' declared objective; else the final validation loss if any run has one, else the training loss."""
     declared = objective(records)
     if declared:
@@ -58,7 +58,7 @@ def default_metric(records: List[RunRow], last_values: Dict[int, Dict[str, float
     return own or "train/loss"
 
 
-def default_mode(metric: str, records: Optional[List[RunRow]] = None) -> Direction:
+def default_mode(metric: str, records: Optional[List[Run]] = None) -> Direction:
     """The declared objective's mode for its metric; else guessed from the name (accuracy up, loss down)."""
     declared = objective(records or [])
     if declared and declared.get("metric") == metric:
@@ -69,15 +69,15 @@ def default_mode(metric: str, records: Optional[List[RunRow]] = None) -> Directi
     return Direction.MAX if _HIGHER_IS_BETTER.search(metric) else Direction.MIN
 
 
-def available_metrics(records: List[RunRow], last_values: Dict[int, Dict[str, float]]) -> List[str]:
-    names = set()
+def available_metrics(records: List[Run], last_values: Dict[int, Dict[str, float]]) -> List[str]:
+    names: Set[str] = set()
     for r in records:
         names.update(k for k, v in r.metrics.items() if isinstance(v, (int, float)))
         names.update(last_values.get(r.idx, {}))
     return sorted(names)
 
 
-def rank(records: List[RunRow], metric: str, mode: "Direction | str",
+def rank(records: List[Run], metric: str, mode: "Direction | str",
          last_values: Dict[int, Dict[str, float]]) -> Ranking:
     """``last_values``: the last TensorBoard value per run and tag, for metrics metrics.json does not hold."""
     mode = Direction.parse(mode)
@@ -85,8 +85,9 @@ def rank(records: List[RunRow], metric: str, mode: "Direction | str",
     for r in records:
         value = r.metrics.get(metric, last_values.get(r.idx, {}).get(metric))
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ranked.append(Ranked(r, float(value) if ok else None))
-    with_value = sorted((x for x in ranked if x.value is not None), key=lambda x: (mode.sign * x.value, x.record.idx))
+        ranked.append(Ranked(r, float(value) if ok and value is not None else None))
+    with_value = sorted((x for x in ranked if x.value is not None),
+                        key=lambda x: (mode.sign * (x.value or 0.0), x.record.idx))  # with a value: never None
     for n, x in enumerate(with_value, 1):
         x.rank = n
     rest = [x for x in ranked if x.value is None]
@@ -97,7 +98,7 @@ def rank(records: List[RunRow], metric: str, mode: "Direction | str",
     return Ranking(metric=metric, mode=mode, runs=with_value + rest, best=best, best_note=note)
 
 
-def reproduce_command(record: RunRow, app: Optional[str] = None) -> str:
+def reproduce_command(record: Run, app: Optional[str] = None) -> str:
     """The command line that trains this run again, as one run, from the directory the sweep was started in."""
     if app and app.endswith(".py"):  # a script
         program = ["python", shlex.quote(app)]
@@ -111,12 +112,12 @@ def reproduce_command(record: RunRow, app: Optional[str] = None) -> str:
     return f"{cmd}  {hint}" if hint else cmd
 
 
-def _launch_cwd(run_dir: Optional[str]) -> Optional[str]:
+def _launch_cwd(run_dir: "Optional[str | Path]") -> Optional[str]:
     if not run_dir:
         return None
     path = RunPaths(run_dir).hydra_yaml
     try:
-        import yaml
+        import yaml  # type: ignore[import-untyped]
 
         with open(path) as f:
             cfg = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from hpctrain.core.state import ACTIVE, Direction, State
-from hpctrain.review import cost as costs
 from hpctrain.review.runs import Run, collect, state_counts
-from hpctrain.review.sweep import Sweep as SweepSpec
+from hpctrain.review.sweep import SweepListing
 from hpctrain.review.sweep import find_sweep_dir, load_sweep
 
 PathLike = Union[str, Path]
@@ -31,8 +30,9 @@ class Sweep:
     objective_metric: Optional[str]
     direction: Direction
     problems: List[str] = field(default_factory=list)  # what could not be read, one line each
+    dead_workers: List[str] = field(default_factory=list)  # a search whose workers all died: each one's error
     process: Optional[subprocess.Popen] = field(default=None, repr=False)  # hpctrain.launch(..., local)
-    spec: Optional[SweepSpec] = field(default=None, repr=False)  # which runs, from the manifest (review.sweep)
+    listing: Optional[SweepListing] = field(default=None, repr=False)  # which runs, from the manifest (review.sweep)
     taken: float = 0.0  # when the runs were read
 
     def counts(self) -> Dict[State, int]:
@@ -46,7 +46,7 @@ class Sweep:
         if not scored:
             return None
         pick = min if self.direction is Direction.MIN else max
-        return pick(scored, key=lambda r: r.objective)
+        return pick(scored, key=lambda r: float(r.objective or 0.0))  # scored: never None
 
     def gpu_hours(self, state: Optional[State] = None) -> float:
         """GPU-hours of every run, or of the runs that ended ``state`` (completed, failed, cancelled, ...)."""
@@ -120,15 +120,12 @@ def load(path: Optional[PathLike] = None) -> Sweep:
     return read(load_sweep(find_sweep_dir(str(path) if path is not None else None)))
 
 
-def read(spec: SweepSpec, poller: Any = None) -> Sweep:
+def read(listing: SweepListing, poller: Any = None) -> Sweep:
     """The runs of a sweep whose manifest is read (``review.sweep.load_sweep``): the one reader of a sweep's
     runs for the API, ``status``, ``report`` and the tab. ``poller``: ``status --watch``'s squeue poller."""
-    snap = collect(spec, poller)
+    snap = collect(listing, poller)
     declared = snap.objective() or {}
-    cost_of, cost_problems = costs.for_rows(spec.dir, spec.launcher, snap.runs)
-    for r in snap.runs:
-        r.cost = cost_of.get(r.idx)
-    return Sweep(dir=spec.dir, launcher=spec.launcher, runs=snap.runs, swept=list(spec.swept),
-                 objective_metric=spec.objective_metric or declared.get("metric"),
+    return Sweep(dir=listing.dir, launcher=listing.launcher, runs=snap.runs, swept=list(listing.swept),
+                 objective_metric=listing.objective_metric or declared.get("metric"),
                  direction=Direction.parse(declared.get("mode") or "min"),
-                 problems=[*snap.warnings, *cost_problems], spec=spec, taken=snap.taken)
+                 problems=list(snap.warnings), dead_workers=list(snap.dead_workers), listing=listing, taken=snap.taken)

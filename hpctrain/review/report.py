@@ -118,7 +118,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
         print(f"hpctrain report: error: no run of {sweep_dir} has the metric {metric!r} ({hint})", file=sys.stderr)
         return 2
     declared = objective(records)
-    is_objective = bool(declared) and declared.get("metric") == metric and wanted in (None, declared.get("mode"))
+    is_objective = declared is not None and declared.get("metric") == metric and wanted in (None, declared.get("mode"))
     ranking = rank(records, metric, wanted or default_mode(metric, records), last)
     command = reproduce_command(ranking.best.record, manifest.app if manifest else None) if ranking.best else None
     code: List[str] = []  # the commit(s) the best run's code came from; its command reruns that code
@@ -143,7 +143,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
         con.print(Text.assemble(("reproduce: ", "bold"), command or ""), soft_wrap=True)
         for line in code:
             con.print(Text.assemble(("code: ", "bold"), line), soft_wrap=True)
-    rungs = search_review.rung_table((sweep.spec.search if sweep.spec is not None else None) or {}, [(r.idx, r.state, summaries.read(r.run_dir) or {})
+    rungs = search_review.rung_table((sweep.listing.search if sweep.listing is not None else None) or {}, [(r.idx, r.state, summaries.read(r.run_dir) or {})
                                                             for r in records if r.run_dir])
     if rungs:  # ASHA's rung table: trials per rung, promoted from it, the best there
         con.print("\n[bold]rungs[/] (bracket, rung, step: trials, promoted, best)", soft_wrap=True)
@@ -171,7 +171,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     try:
         suffix = _suffix(metric, ranking.mode, usual, usual_mode) if usual in have else ""  # no default report: the only one
         images = _plots(ranking, curves, swept, sweep_dir, suffix) + pbt_images
-        if sweep.spec is not None and sweep.spec.search is not None:  # each trial's objective and the best so far
+        if sweep.listing is not None and sweep.listing.search is not None:  # each trial's objective and the best so far
             points = [(x.record.idx, x.value, x.record.state) for x in ranking.runs if x.value is not None]
             if points:
                 images.append(search_review.history_plot(points, metric, ranking.mode,

@@ -13,30 +13,28 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from hpctrain.core import events, summary
-from hpctrain.core.paths import RunPaths
+from hpctrain.core.paths import RunPaths, SweepPaths
 from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RESTING, EventKind, RunState, State
+from hpctrain.review import cost as costs
 from hpctrain.review import jobs
-from hpctrain.review.cost import attempt_walls
 from hpctrain.review import search as search_review
-from hpctrain.review.sweep import RunSpec, Sweep, typed_value
+from hpctrain.review.cost import Cost
+from hpctrain.review.sweep import ListedRun, SweepListing, typed_value
 from hpctrain.slurm import parse as slurm_parse
 from hpctrain.slurm import query as slurm
-
-if TYPE_CHECKING:
-    from hpctrain.review.cost import Cost
 
 STATES = tuple(State)  # the order counts are shown in
 LAUNCHER_QUIET_S = 60.0  # a local sweep that wrote nothing for this long, with no run alive, has no launcher
 
 
-@dataclass
+@dataclass(frozen=True)
 class Run:
     """One run of a sweep as review knows it now: its record checked against the queue, its summary, its
-    cost (set by :func:`hpctrain.api.read`). The one row type of ``status``, ``report``, the tab and the
-    Python API (``hpctrain.api.Run`` is this class)."""
+    cost. Built once by :func:`collect`, never changed after: the one row type of ``status``, ``report``,
+    ``cancel``, the tab and the Python API (``hpctrain.Run`` is this class)."""
 
     idx: int
     name: str
@@ -56,47 +54,25 @@ class Run:
     metrics: Dict[str, Any] = field(default_factory=dict)
     declared_objective: Optional[Dict[str, str]] = None  # {"metric": NAME, "mode": "min"|"max"} as the run declares it
     objective: Optional[float] = None  # the value of the sweep's objective metric, where the run has it
-    wall_s: float = 0.0  # the attempts' time by the run's own record (cost.record_wall)
+    wall_s: float = 0.0  # the attempts' time by the run's own record
     attempts: int = 0
-    sys: Dict[str, float] = field(default_factory=dict)  # utilisation the job sampled (metrics.json "sys")
+    utilisation: Dict[str, float] = field(default_factory=dict)  # what the job sampled (metrics.json "sys")
     stage: Optional[str] = None  # a search scheduler's trial: the rung (or PBT interval) it is at or runs to
-    cost: "Optional[Cost]" = None  # GPU-, CPU-hours and wall time over all attempts (hpctrain.api.read)
+    cost: Optional[Cost] = None  # GPU-, CPU-hours and wall time over all attempts
     # each requeue's (step it stopped at, step of the checkpoint it resumed from), None where not recorded
     requeue_steps: List[Tuple[Optional[int], Optional[int]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.state = State(self.state)  # a state given as its JSON text
+        object.__setattr__(self, "state", State(self.state))  # a state given as its JSON text
 
     def to_dict(self) -> Dict[str, Any]:
-        """As ``status --json`` and results.json write a run: ``objective`` is the declared metric and mode."""
-        out = asdict(self)
-        out["objective"] = out.pop("declared_objective")
-        out["objective_value"] = self.objective
-        return out
-
-    @property
-    def index(self) -> int:
-        return self.idx
+        """As ``status --json`` and results.json write a run: its fields by their names."""
+        return asdict(self)
 
     @property
     def params(self) -> Dict[str, Any]:
         """The swept values, as numbers where they are numbers."""
         return {k: typed_value(v) for k, v in self.values.items()}
-
-    @property
-    def utilisation(self) -> Dict[str, float]:
-        return self.sys
-
-    @property
-    def gpu_hours(self) -> Optional[float]:
-        return self.cost.gpu_hours if self.cost else None
-
-    @property
-    def objective_value(self) -> Optional[float]:
-        return self.objective
-
-
-RunRow = Run  # the name review's modules and tests knew it by
 
 
 def state_counts(runs: Iterable[Any]) -> Dict[State, int]:
@@ -107,12 +83,13 @@ def state_counts(runs: Iterable[Any]) -> Dict[State, int]:
     return {s: n for s, n in out.items() if n}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Snapshot:
-    sweep: Sweep
+    sweep: SweepListing
     runs: List[Run]
     warnings: List[str]
     taken: float
+    dead_workers: List[str] = field(default_factory=list)  # a search's workers that died: one line each
 
     def counts(self) -> Dict[State, int]:
         return state_counts(self.runs)
@@ -125,22 +102,61 @@ class Snapshot:
         return next((r.declared_objective for r in self.runs if r.declared_objective), None)
 
 
+class Accounting:
+    """``sacct`` for the whole sweep: the final states, asked once and only when a run's state needs them
+    (the queue and the files left it undecided); every attempt of every job (``-D``), asked once for the
+    cost. Unknown (None) where accounting is off or failed, never "no cost"."""
+
+    def __init__(self, job_ids: List[str]) -> None:
+        self.job_ids = job_ids
+        self._by_job: Optional[Dict[str, List[slurm_parse.Usage]]] = None
+        self._states: Optional[Dict[str, str]] = None
+        self.asked = False
+        self.problems: List[str] = []
+
+    def attempts(self, job_id: str) -> Optional[List[slurm_parse.Usage]]:
+        """The job's attempts in accounting's order; None when accounting did not answer."""
+        if not self.asked:
+            self.asked = True
+            answer = slurm.usage(self.job_ids)
+            if answer is None:
+                self.problems.append("sacct did not answer: costs are estimated from the runs' records")
+            else:
+                rows, unreadable = answer
+                if unreadable:
+                    self.problems.append(f"sacct: {unreadable} line(s) could not be read (left out)")
+                self._by_job = {}
+                for row in rows:
+                    self._by_job.setdefault(row.job_id, []).append(row)
+        if self._by_job is None:
+            return None
+        found = self._by_job.get(job_id)
+        if found is None and slurm_parse.split_job_id(job_id)[1] is None:
+            found = self._by_job.get(f"{job_id}_0")  # a one-point sweep: a plain job, accounted by its own id
+        return found or []
+
+    def state(self, job_id: str) -> Optional[str]:
+        """sacct's final state of the job (``-X``: its last attempt), asked once for the sweep."""
+        if self._states is None:
+            self._states = slurm.sacct(self.job_ids) or {}
+        return self._states.get(job_id)
+
+
 class _Judge:
     """Checks each run's record against the queue; asks slow sources (logs, sacct) only for runs it must."""
 
-    def __init__(self, sweep: Sweep, queue: Optional[slurm_parse.QueueState]) -> None:
+    def __init__(self, sweep: SweepListing, queue: Optional[slurm_parse.QueueState], accounting: Accounting) -> None:
         self.sweep = sweep
         self.warnings: List[str] = []
         self.queue = queue
         if sweep.launcher == "slurm" and queue is None:
             self.warnings.append("squeue did not answer: unfinished runs are shown as their records say")
-        self._sacct: Optional[Dict[str, str]] = None  # job id -> sacct's STATE
+        self.accounting = accounting
         self._launcher_alive: Optional[bool] = None
+        self._workers_alive: Optional[bool] = None
 
     def sacct(self, job_id: str) -> Optional[str]:
-        if self._sacct is None:
-            self._sacct = slurm.sacct([r.job_id for r in self.sweep.runs if r.job_id]) or {}
-        return self._sacct.get(job_id)
+        return self.accounting.state(job_id) if self.sweep.launcher == "slurm" else None
 
     def launcher_alive(self) -> bool:
         """A local sweep's launcher is still at work: a run's controller has it as parent, or, between two
@@ -151,7 +167,17 @@ class _Judge:
                 self.sweep.dir, [str(r.run_dir) for r in self.sweep.runs if r.run_dir], LAUNCHER_QUIET_S)
         return self._launcher_alive
 
-    def state(self, spec: RunSpec, rs: RunState, summary: Dict[str, Any]) -> Tuple[State, str]:
+    def workers_alive(self) -> bool:
+        """A search with a worker still in the queue (or, local, alive): it adopts a trial whose worker died."""
+        if self._workers_alive is None:
+            ids = self.sweep.worker_job_ids
+            if self.sweep.launcher == "slurm":
+                self._workers_alive = self.queue is not None and any(slurm_parse.in_queue(self.queue, j) for j in ids)
+            else:
+                self._workers_alive = any(jobs.pid_alive(j) for j in ids)
+        return self._workers_alive
+
+    def state(self, spec: ListedRun, rs: RunState, summary: Dict[str, Any]) -> Tuple[State, str]:
         state = rs.state if rs.state is not None else State.parse(summary.get("status"))  # older runs: metrics.json
         if state in FAILURES:
             return self._failed(spec, state, rs.error or summary.get("error"))
@@ -172,16 +198,19 @@ class _Judge:
                 return (state if state is State.REQUEUED else State.RUNNING), ""
         elif job_id and jobs.pid_alive(job_id):
             return (state if state in (State.REQUEUED, State.RETRYING) else State.RUNNING), ""
+        if self.sweep.search is not None and self.workers_alive():
+            # its worker's job ended, not the trial: the study hands it to a live worker (an adoption)
+            return State.QUEUED, "waiting for a worker to adopt it (its worker's job has ended)"
         return self._ended(spec, state)
 
-    def _failed(self, spec: RunSpec, state: State, error: Optional[str]) -> Tuple[State, str]:
+    def _failed(self, spec: ListedRun, state: State, error: Optional[str]) -> Tuple[State, str]:
         """A failure caused by the time limit (submitit gave up requeuing, or Slurm killed it) is a timeout."""
         if state is State.TIMEOUT or jobs.is_timeout(error or "") or (
                 spec.job_id and jobs.log_marker(self.sweep.submitit_folder, spec.job_id) is State.TIMEOUT):
             return State.TIMEOUT, "hit its time limit"
         return State.FAILED, ""
 
-    def _ended(self, spec: RunSpec, state: Optional[State]) -> Tuple[State, str]:
+    def _ended(self, spec: ListedRun, state: Optional[State]) -> Tuple[State, str]:
         """The record says active, but the job is gone from the queue (or never had one)."""
         folder, job_id = self.sweep.submitit_folder, spec.job_id
         started = state not in (None, State.QUEUED)
@@ -193,12 +222,13 @@ class _Judge:
             if marker:
                 return marker, "from the job's log"
             acct = self.sacct(job_id)
-            if acct in slurm_parse.SACCT_FINAL:
-                if slurm_parse.SACCT_FINAL[acct] is State.COMPLETED:
+            final = slurm_parse.SACCT_FINAL.get(acct) if acct else None
+            if final is not None:
+                if final is State.COMPLETED:
                     # the job script ended well (its step's exit code 0), but the run never recorded its
                     # completion: it ended without a result
                     return State.FAILED, f"sacct: {acct}, but the run never recorded its completion: see its log"
-                return slurm_parse.SACCT_FINAL[acct], f"sacct: {acct}"
+                return final, f"sacct: {acct}"
             outcome = jobs.result_outcome(folder, job_id)
             if outcome:
                 return (State.COMPLETED if outcome == "success" else State.FAILED), "from submitit's result"
@@ -220,32 +250,69 @@ def held(q_state: str, reason: str) -> bool:
     return q_state in HELD_STATES or "held" in reason.lower()
 
 
-def collect(sweep: Sweep, poller: "Optional[slurm.Poller[slurm_parse.QueueState]]" = None) -> Snapshot:
-    """Every run's row, in run order. The queue is asked first (once for the whole sweep: files read after
-    its answer are at least as new, so a run that ends meanwhile is never taken for lost); with a
-    ``poller`` (``status --watch``), a failed call keeps the last answer for a few calls in a row."""
+def collect(sweep: SweepListing, poller: "Optional[slurm.Poller[slurm_parse.QueueState]]" = None) -> Snapshot:
+    """Every run's row, in run order, each built once. The queue is asked first (once for the whole sweep:
+    files read after its answer are at least as new, so a run that ends meanwhile is never taken for lost);
+    with a ``poller`` (``status --watch``), a failed call keeps the last answer for a few calls in a row.
+    Accounting is asked once, for the runs the queue and files leave undecided and for the cost."""
     queue = None
     if sweep.launcher == "slurm":
-        queue = poller.poll() if poller is not None else slurm.squeue([r.job_id for r in sweep.runs])
-    judge = _Judge(sweep, queue)
+        queue = poller.poll() if poller is not None else slurm.squeue(
+            [r.job_id for r in sweep.runs] + list(sweep.worker_job_ids))
+    accounting = Accounting([r.job_id for r in sweep.runs if r.job_id])
+    judge = _Judge(sweep, queue, accounting)
     if poller is not None and poller.unknown and queue is not None:
         judge.warnings.append(f"squeue failed {poller.failures} time(s) in a row: its last answer is shown")
     now = time.time()
-    rows = []
-    packed = packed_job_ids(sweep.runs)
-    logs = _names(sweep.submitit_folder)  # one listing, not two stats a run
+    read = []
     for spec in sweep.runs:
         found = (summary.read(spec.run_dir) if spec.run_dir else None) or {}
         rs = events.read(spec.run_dir)
         state, note = judge.state(spec, rs, found)
-        rows.append(_row(sweep, spec, found, rs, state, note, now, spec.job_id in packed, logs))
-    snap = Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings, taken=now)
-    declared = snap.objective() or {}
+        read.append((spec, found, rs, state, note))
+    declared = next((o for o in (_declared(sweep, found) for _, found, _, _, _ in read) if o), None) or {}
     metric = sweep.objective_metric or declared.get("metric")
-    if metric:
-        for row in rows:
-            row.objective = _number(row.metrics.get(metric))
-    return snap
+    shares: Dict[str, int] = {}
+    for spec in sweep.runs:
+        if spec.job_id:
+            shares[spec.job_id] = shares.get(spec.job_id, 0) + 1
+    packed = {j for j, n in shares.items() if n > 1}
+    alloc = costs.allocation(sweep.dir)
+    logs = _names(sweep.submitit_folder)  # one listing, not two stats a run
+    rows = [_row(sweep, spec, found, rs, state, note, now, metric, alloc, accounting, shares, packed, logs)
+            for spec, found, rs, state, note in read]
+    return Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings + accounting.problems, taken=now,
+                    dead_workers=dead_workers(sweep, judge))
+
+
+def dead_workers(sweep: SweepListing, judge: _Judge) -> List[str]:
+    """A search whose workers have all ended while the study has no trial past its start (every worker
+    crashed at start, say): one line per worker with its error (its record, else its job's log)."""
+    if sweep.search is None or not sweep.worker_job_ids or judge.workers_alive():
+        return []
+    if sweep.launcher == "slurm" and judge.queue is None:
+        return []  # the queue is unknown: the workers may be alive
+    if any(r.run_dir and events.read(r.run_dir).state in FINAL for r in sweep.runs):
+        return []  # trials ended: the workers did their work (a search that finished)
+    lines = []
+    for i, job_id in enumerate(sweep.worker_job_ids):
+        placeholder = SweepPaths(sweep.dir).workers / f"worker-{i}"
+        error = events.read(placeholder).error if placeholder.is_dir() else None
+        if not error:
+            tail = jobs.tail_lines(jobs.log_path(sweep.submitit_folder, job_id, "err"), 10)
+            error = next((line for line in reversed(tail) if "Error" in line or "error" in line), None) or (
+                tail[-1] if tail else None)
+        last = (error or "").strip().splitlines()[-1:] or ["no error in its record or log"]
+        lines.append(f"worker {job_id} died: {last[0]}")
+    return lines
+
+
+def _declared(sweep: SweepListing, found: Dict[str, Any]) -> Optional[Dict[str, str]]:
+    """The objective a run declares: a search trial the study's, else its metrics.json's."""
+    if sweep.search is not None:
+        return {"metric": str(sweep.objective_metric), "mode": search_review.direction(sweep.search).value}
+    objective = found.get("objective")
+    return objective if isinstance(objective, dict) and objective.get("metric") else None
 
 
 def _number(value: Any) -> Optional[float]:
@@ -262,57 +329,77 @@ def packed_job_ids(specs: Iterable[Any]) -> Set[str]:
     return shared
 
 
-def _row(sweep: Sweep, spec: RunSpec, summary: Dict[str, Any], rs: RunState, state: State, note: str,
-         now: float, packed: bool = False, logs: Optional[Set[str]] = None) -> Run:
-    """``logs``: the names in the submitit folder, listed once for the sweep (None: stat each log)."""
+def _row(sweep: SweepListing, spec: ListedRun, summary: Dict[str, Any], rs: RunState, state: State, note: str,
+         now: float, metric: Optional[str], alloc: costs.Allocation, accounting: Accounting,
+         shares: Dict[str, int], packed: Set[str], logs: Optional[Set[str]]) -> Run:
+    """One run's row from what was read of it. ``logs``: the names in the submitit folder, listed once for
+    the sweep (None: stat each log)."""
     values = summary.get("metrics") or {}
     loss = values.get("train/loss")
-    walls = attempt_walls(rs, now)
-    objective = summary.get("objective")
+    walls = costs.attempt_walls(rs, now, state is State.RUNNING, summary.get("updated"))
     if sweep.search is not None:  # a search trial: ranked by the study's objective, as its worker told it
-        metric = sweep.objective_metric
-        objective = {"metric": metric, "mode": search_review.direction(sweep.search).value}
-        told = search_review.objective(summary, metric)
-        if told is not None and metric not in values:
-            values = {**values, metric: told}
-    row = Run(
-        idx=spec.idx, name=spec.name, values=sweep.values(spec), overrides=spec.overrides, run_dir=spec.run_dir, job_id=spec.job_id or rs.job_id, state=state, note=note,
-        step=summary.get("step"), max_steps=summary.get("max_steps") or spec.max_steps,
+        told = search_review.objective(summary, sweep.objective_metric)
+        if told is not None and sweep.objective_metric not in values:
+            values = {**values, str(sweep.objective_metric): told}
+    job_id = spec.job_id or rs.job_id
+    requeue_steps = [_requeue_steps(e.data()) for e in rs.events if e.kind is EventKind.REQUEUED]
+    stage = None
+    for key in ("rung", "interval"):
+        if isinstance(summary.get(key), int):
+            stage = f"{key} {summary[key]}"
+    sampled = summary.get("sys")
+    utilisation = {k: float(v) for k, v in sampled.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)} if isinstance(sampled, dict) else {}
+    log = _log(sweep, spec, job_id, state, spec.job_id in packed, logs)
+    error = None
+    if state in FAILURES:
+        own_log = str(RunPaths(spec.run_dir).packed_log) if spec.job_id in packed and spec.run_dir else None
+        error = rs.error or summary.get("error") or (
+            "\n".join(jobs.tail_lines(own_log or jobs.log_path(sweep.submitit_folder, job_id, "err"), 10)) or None
+            if job_id else None)
+    step = summary.get("step")
+    return Run(
+        idx=spec.idx, name=spec.name, values=sweep.values(spec), overrides=spec.overrides, run_dir=spec.run_dir,
+        job_id=job_id, state=state, note=note, step=step, max_steps=summary.get("max_steps") or spec.max_steps,
         loss=float(loss) if isinstance(loss, (int, float)) else None,
         elapsed_s=_elapsed(summary, rs, state, now, walls),
         restarts=rs.restarts if rs.state is not None else int(summary.get("restarts") or 0),
-        metrics=dict(values),
-        declared_objective=objective if isinstance(objective, dict) and objective.get("metric") else None,
-    )
-    row.wall_s, row.attempts = sum(walls), len(walls)
-    requeues = [e for e in rs.events if e.kind is EventKind.REQUEUED]  # every submission's
-    row.requeue_steps = [_requeue_steps(e.data()) for e in requeues]  # their files: only these are opened
-    for key in ("rung", "interval"):
-        if isinstance(summary.get(key), int):
-            row.stage = f"{key} {summary[key]}"
-    sampled = summary.get("sys")
-    if isinstance(sampled, dict):
-        row.sys = {k: float(v) for k, v in sampled.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    own_log = str(RunPaths(spec.run_dir).packed_log) if packed and spec.run_dir else None
-    if own_log and _size(own_log) >= 0:  # a packed run's own output; the task's log holds all of its runs
-        row.log = own_log
-    elif row.job_id:
-        err = jobs.log_path(sweep.submitit_folder, row.job_id, "err")
-        out = jobs.log_path(sweep.submitit_folder, row.job_id, "out")
-        def present(path: str) -> bool:
-            return os.path.basename(path) in logs if logs is not None else _size(path) >= 0
+        log=log, error=error, metrics=dict(values), declared_objective=_declared(sweep, summary),
+        objective=_number(values.get(metric)) if metric else None, wall_s=sum(walls), attempts=len(walls),
+        utilisation=utilisation, stage=stage, requeue_steps=requeue_steps,
+        cost=_cost(sweep, job_id, walls, alloc, accounting, shares, requeue_steps, step))
 
-        if (state in FAILURES or state is State.CANCELLED) and present(err) and _size(err) > 0:
-            row.log = err
-        elif present(out):
-            row.log = out
-        elif present(err):
-            row.log = err
-    if state in FAILURES:
-        row.error = rs.error or summary.get("error") or (
-            "\n".join(jobs.tail_lines(own_log or jobs.log_path(sweep.submitit_folder, row.job_id, "err"), 10)) or None
-            if row.job_id else None)
-    return row
+
+def _cost(sweep: SweepListing, job_id: Optional[str], walls: List[float], alloc: costs.Allocation,
+          accounting: Accounting, shares: Dict[str, int], requeue_steps: List[Tuple[Optional[int], Optional[int]]],
+          step: Optional[int]) -> Optional[Cost]:
+    """From accounting where it answers for the job, else estimated from the record (marked so)."""
+    shared = shares.get(job_id, 1) if job_id else 1
+    attempts = accounting.attempts(job_id) if job_id and sweep.launcher == "slurm" else None
+    cost = (costs.from_accounting(attempts, shared) if attempts
+            else costs.from_record(sum(walls), len(walls), alloc, shared))
+    return costs.with_redone(cost, requeue_steps, step) if cost is not None and requeue_steps else cost
+
+
+def _log(sweep: SweepListing, spec: ListedRun, job_id: Optional[str], state: State, packed: bool,
+         logs: Optional[Set[str]]) -> Optional[str]:
+    """The log to read: a packed run's own output; else its job's stderr when it failed, else its stdout."""
+    own_log = str(RunPaths(spec.run_dir).packed_log) if packed and spec.run_dir else None
+    if own_log and _size(own_log) >= 0:  # the task's log holds all of its runs
+        return own_log
+    if not job_id:
+        return None
+    err = jobs.log_path(sweep.submitit_folder, job_id, "err")
+    out = jobs.log_path(sweep.submitit_folder, job_id, "out")
+
+    def present(path: str) -> bool:
+        return os.path.basename(path) in logs if logs is not None else _size(path) >= 0
+
+    if (state in FAILURES or state is State.CANCELLED) and present(err) and _size(err) > 0:
+        return err
+    if present(out):
+        return out
+    return err if present(err) else None
 
 
 def _elapsed(summary: Dict[str, Any], rs: RunState, state: State, now: float, walls: List[float]) -> Optional[float]:

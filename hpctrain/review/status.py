@@ -5,8 +5,9 @@ Login-node code: rich and the run files only (no torch, no matplotlib, no Tensor
 
 import json
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any, List
+from typing import Any
 
 from rich.markup import escape
 
@@ -14,7 +15,7 @@ from hpctrain.review import reader
 from hpctrain.core.state import FAILURES, State
 from hpctrain.review import cost as costs
 from hpctrain.review import fmt
-from hpctrain.review.runs import collect, state_counts
+from hpctrain.review.runs import state_counts
 from hpctrain.review.sweep import load_sweep
 from hpctrain.slurm import query as slurm
 
@@ -24,7 +25,7 @@ MAX_NOTES = 20  # lines about failed or cancelled runs under the table
 def print_table(sweep: reader.Sweep, con: Any) -> None:
     fancy = fmt.unicode_ok(con)
     metric = sweep.objective_metric if sweep.objective_metric != "train/loss" else None
-    search = sweep.spec is not None and sweep.spec.search is not None
+    search = sweep.listing is not None and sweep.listing.search is not None
     # an app that logs no train/loss (any Hydra app): its own returned metric, first of them, in that column
     own = [] if any(r.loss is not None for r in sweep.runs) else list(dict.fromkeys(k for r in sweep.runs for k in r.metrics))
     shown = next((k for k in own if k != metric), None)
@@ -57,7 +58,7 @@ def counts_line(sweep: Any) -> str:
 
 
 def render(sweep: reader.Sweep, con: Any) -> None:
-    manifest = sweep.spec is None or sweep.spec.has_manifest
+    manifest = sweep.listing is None or sweep.listing.has_manifest
     con.print(f"[bold]sweep[/] {escape(str(sweep.dir))}  ({sweep.launcher}, {fmt.runs(len(sweep.runs))}"
               f"{', no manifest yet' if not manifest else ''})", soft_wrap=True)
     print_table(sweep, con)
@@ -76,6 +77,12 @@ def render(sweep: reader.Sweep, con: Any) -> None:
         con.print(f"  [yellow]{escape(line)}[/]", soft_wrap=True)
     for w in sweep.problems:
         con.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
+    if sweep.dead_workers:  # nothing else would say so: the search has no trial to show
+        n = len(sweep.dead_workers)
+        con.print(f"[red]the search's {n} worker{'s' if n != 1 else ''} died before running a trial:[/]",
+                  soft_wrap=True)
+        for line in sweep.dead_workers:
+            con.print(f"  [red]{escape(line)}[/]", soft_wrap=True)
     total = costs.total_line(sweep.runs)
     if total:
         con.print(escape(total), soft_wrap=True)
@@ -83,21 +90,23 @@ def render(sweep: reader.Sweep, con: Any) -> None:
 
 
 def exit_code(sweep: reader.Sweep) -> int:
-    return 1 if any(r.state in FAILURES for r in sweep.runs) else 0
+    return 1 if sweep.dead_workers or any(r.state in FAILURES for r in sweep.runs) else 0
 
 
 def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json: bool = False) -> int:
     con = fmt.console()
     poller = None
     while True:
-        spec = load_sweep(sweep_dir)
+        listing = load_sweep(sweep_dir)
         if watch and poller is None:  # rides out a busy slurmctld: a failed call is unknown, not gone
-            poller = slurm.Poller(lambda: slurm.squeue([r.job_id for r in spec.runs]), "squeue")
-        sweep = reader.read(spec, poller)
+            poller = slurm.Poller(partial(slurm.squeue, [*(r.job_id for r in listing.runs), *listing.worker_job_ids]),
+                                  "squeue")
+        sweep = reader.read(listing, poller)
         if as_json:
-            runs = [{**r.to_dict(), "gpu_hours": r.gpu_hours} for r in sweep.runs]
+            runs = [{**r.to_dict(), "gpu_hours": r.cost.gpu_hours if r.cost else None} for r in sweep.runs]
             print(json.dumps({"sweep_dir": str(sweep_dir), "counts": sweep.counts(), "warnings": sweep.problems,
-                              "runs": runs, "gpu_hours": sweep.gpu_hours()}, indent=1, default=str))
+                              "dead_workers": sweep.dead_workers, "runs": runs, "gpu_hours": sweep.gpu_hours()},
+                             indent=1, default=str))
         else:
             if watch and con.is_terminal:
                 con.clear()
@@ -109,6 +118,3 @@ def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json:
             return exit_code(sweep)
         time.sleep(interval_s)
 
-
-def active_runs(sweep_dir: Path) -> List[int]:
-    return [r.idx for r in collect(load_sweep(sweep_dir)).active()]

@@ -7,16 +7,21 @@ matched by their ``.hydra/overrides.yaml``.
 
 import functools
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from hpctrain.core import events, manifest
 from hpctrain.core.paths import MULTIRUN_YAML, SWEEP_MANIFEST, RunPaths, SweepPaths
 from hpctrain.core.redact import is_secret_key, redact_override
 from hpctrain.review import search as search_review
+from hpctrain.slurm.parse import job_order
+
+
+FUTURE_SLACK_S = 60.0  # clocks of login nodes and shared file systems differ by seconds, not by this
 
 
 class SweepError(Exception):
@@ -24,7 +29,7 @@ class SweepError(Exception):
 
 
 @dataclass
-class RunSpec:
+class ListedRun:
     idx: int
     name: str
     run_dir: Optional[Path]  # absolute; None while not known (a pending run of an in-flight local sweep)
@@ -34,22 +39,23 @@ class RunSpec:
 
 
 @dataclass
-class Sweep:
+class SweepListing:
     dir: Path
     launcher: str  # "local" | "slurm" | "unknown"
     submitit_folder: Path
-    runs: List[RunSpec]
+    runs: List[ListedRun]
     has_manifest: bool = True
     launcher_pid: Optional[int] = None  # the local launcher's process, as its manifest records it
     swept: List[str] = field(default_factory=list)  # override keys whose values differ between runs
     search: Optional[Dict[str, Any]] = None  # a search sweep's settings (sweep.json "search"); runs are trials
+    worker_job_ids: List[str] = field(default_factory=list)  # a search's worker tasks, in worker order
 
     @property
     def objective_metric(self) -> Optional[str]:
         """A search sweep's objective: its metric, or ``value`` (the task function's return value)."""
         return (self.search or {}).get("metric") or ("value" if self.search else None)
 
-    def values(self, run: RunSpec) -> Dict[str, str]:
+    def values(self, run: ListedRun) -> Dict[str, str]:
         """The run's swept values, ``{"lr": "0.001"}``."""
         parsed = parse_overrides(run.overrides)
         return {k: parsed[k] for k in self.swept if k in parsed}
@@ -76,7 +82,7 @@ def typed_value(value: str) -> Any:
     return value
 
 
-def swept_keys(runs: List[RunSpec]) -> List[str]:
+def swept_keys(runs: List[ListedRun]) -> List[str]:
     """Keys whose value is not the same in every run; with one run, all of its override keys."""
     parsed = [parse_overrides(r.overrides) for r in runs]
     keys: List[str] = []
@@ -93,7 +99,7 @@ def is_sweep_dir(path: Path) -> bool:
 
 
 def find_sweep_dir(arg: Optional[str], root: Path = Path("multirun")) -> Path:
-    """The given sweep dir, checked; else the newest sweep under ``./multirun``."""
+    """The given sweep dir, checked; else the newest sweep under ``./multirun`` (its manifest's mtime)."""
     if arg:
         path = Path(arg).expanduser()
         if not path.is_dir():
@@ -103,20 +109,30 @@ def find_sweep_dir(arg: Optional[str], root: Path = Path("multirun")) -> Path:
                 raise SweepError(f"{path}: is one run of the sweep {path.parent}; pass the sweep dir")
             raise SweepError(f"{path}: not a sweep dir (expected sweep.json or multirun.yaml in it)")
         return path.absolute()
-    candidates = []
+    candidates: List[Path] = []
     for depth in ("*", "*/*", "*/*/*"):
         for name in (SWEEP_MANIFEST, MULTIRUN_YAML):
             candidates += root.glob(f"{depth}/{name}")
     if not candidates:
         raise SweepError(f"{root.absolute()}: no sweep found (expected <sweep_dir>/multirun.yaml or sweep.json "
                          f"under it); pass SWEEP_DIR")
-    newest = max(candidates, key=lambda p: p.stat().st_mtime)
-    return newest.parent.absolute()
+    now = time.time()
+
+    def age(path: Path) -> Tuple[bool, float, Tuple[str, ...]]:
+        # a file dated in the future (a clock ahead, a copy that kept its times) says nothing of when the
+        # sweep was made: it ranks below every sane one, by name (Hydra's multirun/DATE/TIME) among those
+        mtime = path.stat().st_mtime
+        sane = mtime <= now + FUTURE_SLACK_S
+        return sane, mtime if sane else 0.0, path.parent.relative_to(root).parts
+
+    return max(candidates, key=age).parent.absolute()
 
 
-def load_sweep(sweep_dir: Path) -> Sweep:
+def load_sweep(sweep_dir: Path) -> SweepListing:
     found = manifest.read(sweep_dir)
-    if found is None or not found.runs:
+    if found is not None and not found.runs and found.search is not None:
+        sweep = _from_manifest(sweep_dir, found)  # a search before its first trial: its workers say why
+    elif found is None or not found.runs:
         sweep = discover_sweep(sweep_dir)
     else:
         sweep = _from_manifest(sweep_dir, found)
@@ -127,8 +143,8 @@ def load_sweep(sweep_dir: Path) -> Sweep:
     return sweep
 
 
-def _from_manifest(sweep_dir: Path, found: manifest.Manifest) -> Sweep:
-    runs = [RunSpec(idx=e.idx, name=e.name, run_dir=e.spec.run_dir, overrides=list(e.spec.overrides),
+def _from_manifest(sweep_dir: Path, found: manifest.Manifest) -> SweepListing:
+    runs = [ListedRun(idx=e.idx, name=e.name, run_dir=e.spec.run_dir, overrides=list(e.spec.overrides),
                     job_id=e.job_id, max_steps=e.spec.max_steps)
             for e in sorted(found.runs.values(), key=lambda e: e.idx)]
     default = SweepPaths(sweep_dir).submitit
@@ -137,9 +153,18 @@ def _from_manifest(sweep_dir: Path, found: manifest.Manifest) -> Sweep:
         folder = sweep_dir / folder
     if not folder.is_dir() and default.is_dir():
         folder = default  # the sweep dir was moved or copied
-    return Sweep(dir=sweep_dir, launcher=str(found.launcher or "unknown"), submitit_folder=folder,
+    return SweepListing(dir=sweep_dir, launcher=str(found.launcher or "unknown"), submitit_folder=folder,
                  runs=runs, has_manifest=True, launcher_pid=found.launcher_pid,
-                 search=search_review.settings(found))
+                 search=search_review.settings(found), worker_job_ids=_worker_job_ids(found))
+
+
+def _worker_job_ids(found: manifest.Manifest) -> List[str]:
+    """The latest submission's search workers (``123_0``, ``123_1``, ...; local pids), in worker order."""
+    for sub in reversed(found.submissions):
+        ids = [str(j) for j in sub.extra.get("worker_job_ids") or []]
+        if ids:
+            return sorted(ids, key=job_order)
+    return []
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -190,7 +215,7 @@ def _index_of(path: Path) -> Optional[int]:
     return int(num) if num is not None else None
 
 
-def discover_sweep(sweep_dir: Path) -> Sweep:
+def discover_sweep(sweep_dir: Path) -> SweepListing:
     cfg = _load_yaml(SweepPaths(sweep_dir).multirun_yaml)
     if not isinstance(cfg, dict) or "hydra" not in cfg:
         raise SweepError(f"{sweep_dir}: neither a launcher manifest ({SWEEP_MANIFEST}) nor a readable "
@@ -198,16 +223,16 @@ def discover_sweep(sweep_dir: Path) -> Sweep:
     hydra = cfg["hydra"]
     expected = expected_runs(hydra) or []
     by_overrides = {tuple(o): i for i, o in enumerate(expected)}
-    specs: Dict[int, RunSpec] = {}
+    specs: Dict[int, ListedRun] = {}
     for path, overrides in _run_dirs(sweep_dir):
         idx = by_overrides.get(tuple(overrides))
         if idx is None:
             idx = _index_of(path)
         if idx is None or idx in specs:
             continue
-        specs[idx] = RunSpec(idx, path.name, path, overrides, None)
+        specs[idx] = ListedRun(idx, path.name, path, overrides, None)
     for idx, overrides in enumerate(expected):
-        specs.setdefault(idx, RunSpec(idx, f"{idx} (not started)", None, overrides, None))
+        specs.setdefault(idx, ListedRun(idx, f"{idx} (not started)", None, overrides, None))
     default_steps = cfg.get("max_steps")
     for spec in specs.values():
         job_id = events.read(spec.run_dir).job_id
@@ -219,7 +244,7 @@ def discover_sweep(sweep_dir: Path) -> Sweep:
     kind = "slurm" if "slurm" in target.lower() else "local" if "local" in target.lower() else "unknown"
     folder = str(launcher.get("submitit_folder") or "${hydra.sweep.dir}/.submitit")
     folder = folder.replace("${hydra.sweep.dir}", str(sweep_dir))
-    return Sweep(dir=sweep_dir, launcher=kind, submitit_folder=Path(folder),
+    return SweepListing(dir=sweep_dir, launcher=kind, submitit_folder=Path(folder),
                  runs=[specs[i] for i in sorted(specs)], has_manifest=False)
 
 

@@ -27,13 +27,13 @@ from urllib.parse import quote
 from hpctrain.core import summary
 from hpctrain.core.paths import RunPaths
 from hpctrain.review import fmt
-from hpctrain.review.sweep import Sweep, load_sweep
+from hpctrain.review.sweep import SweepListing, load_sweep
 
 LINKS = Path(".hpctrain") / "tensorboard"
 START_TIMEOUT_S = 90.0
 
 
-def run_names(sweep: Sweep) -> Dict[str, Path]:
+def run_names(sweep: SweepListing) -> Dict[str, Path]:
     """``{"lr=0.001": <run_dir>/tb}``; names made unique with the run index where values repeat."""
     out: Dict[str, Path] = {}
     for spec in sweep.runs:
@@ -46,7 +46,7 @@ def run_names(sweep: Sweep) -> Dict[str, Path]:
     return out
 
 
-def make_links(sweep: Sweep) -> Path:
+def make_links(sweep: SweepListing) -> Path:
     """The folder TensorBoard reads: one symlink per run; in the sweep dir, else (read-only) a temp dir."""
     names = run_names(sweep)
     try:
@@ -110,7 +110,7 @@ NO_TOKEN_WARNING = ("hpctrain tensorboard: warning: --no-token: anyone who can r
                     "node: every user logged in there) can read this sweep's runs, logs and configs")
 
 
-def objective_tag(sweep: Sweep) -> Optional[str]:
+def objective_tag(sweep: SweepListing) -> Optional[str]:
     """The metric the sweep is ranked by: a search's, else the first run's declared objective."""
     if sweep.objective_metric and sweep.objective_metric != "value":
         return sweep.objective_metric
@@ -121,7 +121,7 @@ def objective_tag(sweep: Sweep) -> Optional[str]:
     return None
 
 
-def pinned_cards(sweep: Sweep) -> str:
+def pinned_cards(sweep: SweepListing) -> str:
     """``&pinnedCards=...`` for the URL: the Time Series tab shows the objective and the losses first (it
     sorts its own groups by name, so ``perf/`` and ``sys/`` would come before ``train/`` and ``val/``)."""
     tags = list(dict.fromkeys(t for t in (objective_tag(sweep), "train/loss", "val/loss") if t))

@@ -36,9 +36,14 @@ def split_job_id(job_id: str) -> Tuple[str, Optional[str]]:
     return base, (task if sep else None)
 
 
+def job_order(job_id: str) -> Tuple[Tuple[int, str], ...]:
+    """A sort key that orders job ids as numbers (``99`` before ``101``, ``7_2`` before ``7_10``)."""
+    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in str(job_id).split("_"))
+
+
 def array_ids(job_ids: Iterable[Optional[str]]) -> List[str]:
-    """The distinct job (array) ids of a list of job or array-task ids."""
-    return sorted({split_job_id(j)[0] for j in job_ids if j})
+    """The distinct job (array) ids of a list of job or array-task ids, in number order."""
+    return sorted({split_job_id(j)[0] for j in job_ids if j}, key=job_order)
 
 
 def expand_array_ids(job_id: str) -> List[str]:

@@ -31,12 +31,12 @@ from hpctrain.submit.code import CodeStage
 from hpctrain.submit.container import check_container, container_command, default_binds
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.lock import one_submission
-from hpctrain.submit.plan import Run, constant_keys, exclude_from_names, plan_runs
+from hpctrain.submit.plan import PlannedRun, constant_keys, exclude_from_names, plan_runs
 from hpctrain.submit.results import Returns
 from hpctrain.submit.submission import Array, Calling, Files, Submission, tasks_of
 from hpctrain.slurm import parse as slurm_parse
 
-__all__ = ["BaseLauncher", "LaunchError", "Run", "implementation_of"]
+__all__ = ["BaseLauncher", "LaunchError", "PlannedRun", "implementation_of"]
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class BaseLauncher(Launcher):
         run's job id once it exists. The submitit jobs, one per task, in order."""
         raise NotImplementedError
 
-    def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
+    def finish(self, runs: List[PlannedRun], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         raise NotImplementedError
 
     def resources(self) -> Dict[str, Any]:
@@ -168,7 +168,7 @@ class BaseLauncher(Launcher):
         with nullcontext() if self.params.dry_run else one_submission(sweep_dir):
             return self._submit(runs, sweep_dir)
 
-    def _submit(self, runs: List[Run], sweep_dir: Path) -> Sequence[JobReturn]:
+    def _submit(self, runs: List[PlannedRun], sweep_dir: Path) -> Sequence[JobReturn]:
         assert self.task_function is not None
         app = events.app_fingerprint(self.task_function)
         if self.code.copy is not None:  # the user's own modules are the same code too
@@ -257,7 +257,7 @@ class BaseLauncher(Launcher):
     def runs_per_task(self) -> int:
         return max(1, int(self.params.get("runs_per_task") or 1))
 
-    def check(self, runs: List[Run], sweep_dir: Path) -> List[str]:
+    def check(self, runs: List[PlannedRun], sweep_dir: Path) -> List[str]:
         """Every problem of the launcher settings at once (each sweep point's config is checked by plan_runs,
         with the app's ``validate_job``, while its config is at hand)."""
         problems = self.check_resources()
@@ -327,7 +327,7 @@ class BaseLauncher(Launcher):
         return context
 
     # ------------------------------------------------------------------ sweep.json (the manifest)
-    def record_submission(self, sweep_dir: Path, runs: List[Run]) -> None:
+    def record_submission(self, sweep_dir: Path, runs: List[PlannedRun]) -> None:
         """Before anything starts: this submission's runs in sweep.json and in their event logs."""
         app = getattr(self.task_function, "__module__", None)
         if app == "__main__":  # a script run as `python train.py`: the script is the app
@@ -338,7 +338,7 @@ class BaseLauncher(Launcher):
         def add(m: manifest.Manifest) -> None:
             m.launcher, m.app, m.submitit_folder, m.launcher_pid = (
                 self.kind, app, str(self.params.submitit_folder), os.getpid())
-            m.submissions.append(manifest.Submission(runs=[r.idx for r in runs], launcher_pid=os.getpid()))
+            m.submissions.append(manifest.SubmissionRecord(runs=[r.idx for r in runs], launcher_pid=os.getpid()))
             for run in runs:
                 spec = RunSpec(run.idx, tuple(run.overrides), Path(run.run_dir).absolute(), run.max_steps)
                 m.runs[run.idx] = manifest.RunEntry(spec)  # job_id: filled in once the job exists

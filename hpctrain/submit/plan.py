@@ -11,7 +11,7 @@ interpolation grammar were nearly all of the time):
 - each distinct override string is parsed once (a 10,000-point grid has a few hundred);
 - points that set the same keys to plain values (``lr=...,seed=...``) share ONE working config: each
   point's values replace the previous point's, the point is checked (``inspect``) right then, and its
-  own config is only built again when someone asks for ``Run.cfg``;
+  own config is only built again when someone asks for ``PlannedRun.cfg``;
 - the resolved plain copy that validation reads is made once per composed base; each point's copy shares
   it, with the point's own values, and the interpolated values that may read them, set along their paths
   (OmegaConf's ``to_container`` of the whole config per point was a third of the time);
@@ -47,7 +47,7 @@ _UNSET: Any = object()
 
 
 @dataclass
-class Run:
+class PlannedRun:
     """A planned run: its :class:`~hpctrain.core.run.RunSpec` (what is handed to the job) and, built only
     when read, the app's config for it."""
 
@@ -156,7 +156,7 @@ class OverrideCache:
 
 def plan_runs(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
               first_idx: int, inspect: Optional[Inspect] = None,
-              by_values: bool = False) -> Tuple[List[Run], List[str]]:
+              by_values: bool = False) -> Tuple[List[PlannedRun], List[str]]:
     """The runs of the good points, and one line per bad point (all of them, not just the first).
 
     ``inspect`` is called on every point's config (validation): its lines are that point's problems.
@@ -167,13 +167,13 @@ def plan_runs(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Seq
 
 
 def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
-          first_idx: int, inspect: Optional[Inspect], by_values: bool = False) -> Tuple[List[Run], List[str]]:
+          first_idx: int, inspect: Optional[Inspect], by_values: bool = False) -> Tuple[List[PlannedRun], List[str]]:
     loader = ctx.config_loader
     parse = OverrideCache()
     group_exists = group_checker(loader)
     is_group: Dict[str, bool] = {}
     bases: Dict[Tuple[str, ...], _Base] = {}
-    runs: List[Run] = []
+    runs: List[PlannedRun] = []
     errors: List[str] = []
     for offset, overrides in enumerate(job_overrides):
         idx = first_idx + offset
@@ -195,7 +195,7 @@ def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequenc
                 plain = _point_plain(base, values, cfg) if inspect is not None else None
                 run_dir, make = _run_dir(base, parsed, idx), _maker(base, values)
             steps = plain.get("max_steps") if plain is not None else OmegaConf.select(cfg, "max_steps", default=None)
-            run = Run(make_spec(idx, overrides, run_dir, steps), _make_cfg=make, _cfg=None if make else cfg)
+            run = PlannedRun(make_spec(idx, overrides, run_dir, steps), _make_cfg=make, _cfg=None if make else cfg)
             problems = inspect(cfg, plain) if inspect is not None else []
         except Exception as exc:  # noqa: BLE001 - every bad point is reported, not just the first
             errors.append(f"run {idx} ({' '.join(overrides)}): {_one_line(exc)}")

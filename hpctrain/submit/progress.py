@@ -27,7 +27,7 @@ Found = Tuple[Sequence[Any], Dict[int, str], Optional[int]]
 
 
 @dataclass
-class Seen:
+class LastRead:
     """What the display last read of one run."""
 
     state: Optional[State] = None
@@ -55,8 +55,7 @@ def swept_labels(overrides: Sequence[Sequence[str]]) -> List[str]:
 def objective_text(metrics_json: Dict[str, Any]) -> str:
     """``val/loss=0.4132``: the run's objective (else the first metric a foreign app returned); "" without."""
     metrics = metrics_json.get("metrics") or {}
-    given = metrics_json.get("objective")
-    told: Dict[str, Any] = given if isinstance(given, dict) else {}
+    told: Dict[str, Any] = metrics_json["objective"] if isinstance(metrics_json.get("objective"), dict) else {}
     if isinstance(told.get("value"), (int, float)) and not isinstance(told.get("value"), bool):
         return f"{told.get('metric') or 'value'}={told['value']:.4g}"  # what a search's worker told the study
     name = told.get("metric") if told.get("metric") in metrics else next(iter(metrics), None)
@@ -113,7 +112,7 @@ class Progress:
         self.clock = clock
         self.started = clock()
         self.last_read = -math.inf
-        self.seen: Dict[int, Seen] = {r.idx: Seen(max_steps=r.max_steps) for r in self.runs}
+        self.seen: Dict[int, LastRead] = {r.idx: LastRead(max_steps=r.max_steps) for r in self.runs}
         self.drawn = 0  # lines of the block now on the terminal
         self.shown: List[str] = []  # and what they say
         if discover is not None:  # what is there already (a study resumed) is the baseline, not an event
@@ -128,11 +127,11 @@ class Progress:
         for spec in specs:
             if spec.idx not in self.seen:
                 self.runs.append(spec)
-                self.seen[spec.idx] = Seen(max_steps=spec.max_steps)
+                self.seen[spec.idx] = LastRead(max_steps=spec.max_steps)
             self.labels[spec.idx] = labels.get(spec.idx) or self.labels.get(spec.idx) or spec.name
 
     # ------------------------------------------------------------------ reading
-    def _read(self, run: Any) -> Seen:
+    def _read(self, run: Any) -> LastRead:
         old = self.seen[run.idx]
         if old.state in FINAL:
             return old  # a final state never changes: not read again
@@ -146,7 +145,7 @@ class Progress:
         job_id = old.job_id
         if state is not old.state and rs.last_start is not None:  # a retry's start may be another job
             job_id = rs.job_id or job_id
-        return Seen(state, step, steps, rs.error or found.get("error"), job_id, objective_text(found))
+        return LastRead(state, step, steps, rs.error or found.get("error"), job_id, objective_text(found))
 
     def counts(self) -> Dict[str, int]:
         states = [s.state for s in self.seen.values()]
@@ -175,9 +174,9 @@ class Progress:
         return (f"{c['done']}/{max(self.total or 0, len(self.runs))} done, {c['running']} running, {c['failed']} failed"
                 + (f", ETA {duration(eta)}" if eta is not None else ""))
 
-    def event_line(self, idx: int, s: Seen, counts: Optional[str] = None) -> str:
-        verbs = {State.RUNNING: "started", State.RETRYING: "retrying", State.REQUEUED: "requeued"}
-        what = (verbs.get(s.state) if s.state is not None else None) or str(s.state)
+    def event_line(self, idx: int, s: LastRead, counts: Optional[str] = None) -> str:
+        what = {State.RUNNING: "started", State.RETRYING: "retrying", State.REQUEUED: "requeued"}.get(s.state) if s.state else None
+        what = what or str(s.state)
         detail = ""
         if s.state is State.RUNNING and s.job_id:
             detail = f" (job {s.job_id})"

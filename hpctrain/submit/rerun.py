@@ -18,7 +18,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 from hpctrain.core import events, manifest
 from hpctrain.core.paths import RunPaths
 from hpctrain.core.state import EventKind
-from hpctrain.submit.plan import Run
+from hpctrain.submit.plan import PlannedRun
 
 CODE_MARK = "+code:"
 InQueue = Callable[[List[str]], Optional[Set[str]]]  # the job ids still queued or running; None: unknown
@@ -26,11 +26,11 @@ InQueue = Callable[[List[str]], Optional[Set[str]]]  # the job ids still queued 
 
 @dataclass
 class Rerun:
-    todo: List[Run] = field(default_factory=list)
-    completed: List[Run] = field(default_factory=list)
-    active: List[Tuple[Run, str]] = field(default_factory=list)  # (run, its job id in the queue)
-    unknown: List[Tuple[Run, str]] = field(default_factory=list)  # (run, its job id): the queue did not answer
-    stale: List[Run] = field(default_factory=list)  # completed by other code: run again from scratch (in todo)
+    todo: List[PlannedRun] = field(default_factory=list)
+    completed: List[PlannedRun] = field(default_factory=list)
+    active: List[Tuple[PlannedRun, str]] = field(default_factory=list)  # (run, its job id in the queue)
+    unknown: List[Tuple[PlannedRun, str]] = field(default_factory=list)  # (run, its job id): the queue did not answer
+    stale: List[PlannedRun] = field(default_factory=list)  # completed by other code: run again from scratch (in todo)
 
     def lines(self) -> List[str]:
         """What is left alone, one line each."""
@@ -45,11 +45,11 @@ class Rerun:
         return out
 
 
-def sort(runs: List[Run], app: str, sweep_dir: Path, in_queue: InQueue) -> Rerun:
+def sort(runs: List[PlannedRun], app: str, sweep_dir: Path, in_queue: InQueue) -> Rerun:
     """``runs`` sorted into what to submit and what is left alone (completed, queued or running, unknown)."""
     out = Rerun()
     recorded = recorded_jobs(sweep_dir)
-    waiting: List[Tuple[Run, str]] = []
+    waiting: List[Tuple[PlannedRun, str]] = []
     for run in runs:
         if completed_by(run.run_dir, app):
             out.completed.append(run)
@@ -97,7 +97,7 @@ def completed_by(run_dir: Path, app: str) -> bool:
             and events.is_completed(run_dir, app.split(CODE_MARK)[0]))
 
 
-def set_aside(run: Run) -> Optional[Path]:
+def set_aside(run: PlannedRun) -> Optional[Path]:
     """Move a stale run's checkpoints aside (``checkpoints.before-<time>``): kept, never resumed; the new path."""
     ckpt = RunPaths(run.run_dir).checkpoints
     if not ckpt.is_dir():
@@ -119,6 +119,6 @@ def _key(run_dir: "str | Path") -> str:
     return str(Path(run_dir).absolute())
 
 
-def _listed(pairs: List[Tuple[Run, str]], most: int = 8) -> str:
+def _listed(pairs: List[Tuple[PlannedRun, str]], most: int = 8) -> str:
     names = [f"{r.name} (job {job})" for r, job in pairs[:most]]
     return ", ".join(names) + (f" and {len(pairs) - most} more" if len(pairs) > most else "")

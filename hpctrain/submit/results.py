@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from hpctrain.core import events
 from hpctrain.core import paths as runfiles
 from hpctrain.submit.errors import LaunchError
-from hpctrain.submit.plan import Run
+from hpctrain.submit.plan import PlannedRun
 from hpctrain.submit.progress import objective_text, swept_labels
 
 
@@ -20,19 +20,19 @@ class Returns:
         self.task_name = task_name
         self.packed = packed
 
-    def placeholder(self, run: Run, status: JobStatus) -> JobReturn:
+    def placeholder(self, run: PlannedRun, status: JobStatus) -> JobReturn:
         """A JobReturn for a run whose job gave none (skipped, dry run, not waited for, died)."""
         ret = _PlanReturn(overrides=run.overrides, status=status, task_name=self.task_name)
         ret.run = run
         ret.working_dir = str(run.run_dir)
         return ret
 
-    def failed(self, run: Run, error: BaseException) -> JobReturn:
+    def failed(self, run: PlannedRun, error: BaseException) -> JobReturn:
         ret = self.placeholder(run, JobStatus.FAILED)
         ret.return_value = error
         return ret
 
-    def collect(self, run: Run, job: Any) -> JobReturn:
+    def collect(self, run: PlannedRun, job: Any) -> JobReturn:
         """Rank 0's JobReturn as Hydra's ``run_job`` made it (cfg, hydra_cfg, task_name, working_dir, the
         return value), or the job's exception as a failed JobReturn."""
         if self.packed:  # a packed task returns no JobReturn per run: its record says
@@ -56,7 +56,7 @@ class _PlanReturn(JobReturn):
     """A JobReturn whose ``cfg`` (the point's config) is built only when read: 10,000 placeholders of an
     unwaited sweep would otherwise cost a config copy each."""
 
-    run: Optional[Run] = None
+    run: Optional[PlannedRun] = None
 
     @property
     def cfg(self) -> Optional[DictConfig]:
@@ -67,7 +67,7 @@ class _PlanReturn(JobReturn):
         pass  # always the run's own
 
 
-def report(runs: List[Run], returns: List[JobReturn], sweep_dir: Path) -> List[JobReturn]:
+def report(runs: List[PlannedRun], returns: List[JobReturn], sweep_dir: Path) -> List[JobReturn]:
     """One line per ended run, the counts, and a non-zero exit (LaunchError) when a run failed."""
     print(f"sweep {sweep_dir}:")
     print("\n".join(summary_lines(runs)))
@@ -78,7 +78,7 @@ def report(runs: List[Run], returns: List[JobReturn], sweep_dir: Path) -> List[J
     return returns
 
 
-def summary_lines(runs: List[Run]) -> List[str]:
+def summary_lines(runs: List[PlannedRun]) -> List[str]:
     """One short line per run: its swept values, its state, its objective (else the first metric it
     returned, a foreign app's own): ``#0   lr=0.001  completed  val/loss=0.4132``."""
     labels = swept_labels([run.overrides for run in runs])

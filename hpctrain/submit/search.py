@@ -27,7 +27,7 @@ from hpctrain.submit.checks import scheduler_problems, uses_trial_api
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.lock import one_submission
 from hpctrain.submit.launcher import BaseLauncher, implementation_of
-from hpctrain.submit.plan import Run, make_spec, plan_runs
+from hpctrain.submit.plan import PlannedRun, make_spec, plan_runs
 from hpctrain.submit.progress import Progress, trials_of
 from hpctrain.submit.results import print_next_commands
 from hpctrain.submit.submission import Calling
@@ -64,7 +64,7 @@ class SearchSweeper(Sweeper):
         problems = self._check_settings() + problems
         if not problems:
             problems += check(space, str(self.conf.sampler))
-        sample: Optional[Run] = None
+        sample: Optional[PlannedRun] = None
         if not problems:
             sample, more = self._check_app(space, sweep_dir)
             problems += more
@@ -142,7 +142,7 @@ class SearchSweeper(Sweeper):
                         "scheduler": settings.scheduler, "min_steps": settings.min_steps, "eta": settings.eta,
                         "max_steps": settings.max_steps,
                         "metric": settings.metric, "direction": Direction.parse(settings.direction).optuna}
-            m.submissions.append(manifest.Submission(launcher_pid=os.getpid(), extra={"workers": len(runs)}))
+            m.submissions.append(manifest.SubmissionRecord(launcher_pid=os.getpid(), extra={"workers": len(runs)}))
 
         manifest.update(sweep_dir, add)
         worker = SearchWorker(str(submission.files.payload), str(sweep_dir), settings)
@@ -216,7 +216,7 @@ class SearchSweeper(Sweeper):
             problems.append(f"hydra.sweeper.seed={c.seed}: expected an integer")
         return problems
 
-    def _check_app(self, space: Space, sweep_dir: Path) -> "tuple[Optional[Run], List[str]]":
+    def _check_app(self, space: Space, sweep_dir: Path) -> "tuple[Optional[PlannedRun], List[str]]":
         """The keys exist in the app's config and one trial's config passes the launcher's checks."""
         assert self.hydra_context is not None and self.config is not None
         first = {p.name: (p.choices[0] if p.choices else (int(p.low or 0) if p.kind == "int" else p.low))
@@ -235,7 +235,7 @@ class SearchSweeper(Sweeper):
                    if not p.key.startswith("+") and OmegaConf.select(base[0].cfg, p.name, default=_ABSENT) is _ABSENT]
         return None, unknown or [e.replace("run 0 ", "a trial ", 1) for e in errors]
 
-    def _objective(self, sample: Optional[Run]) -> "tuple[Optional[str], str]":
+    def _objective(self, sample: Optional[PlannedRun]) -> "tuple[Optional[str], str]":
         """``objective.metric`` and ``objective.mode`` from the app's config (hpctrain's: val/loss, min);
         an app without them is optimised by its return value, minimised."""
         cfg = sample.cfg if sample is not None else None

@@ -62,23 +62,27 @@ def number(value: Any) -> Any:
 
 
 def _torn_metrics(run_dir: Any) -> bool:
-    path = os.path.join(run_dir, runfiles.METRICS) if run_dir else None
-    return bool(path) and os.path.exists(path) and runfiles.read_json(path) is None
+    if not run_dir:
+        return False
+    path = os.path.join(run_dir, runfiles.METRICS)
+    return os.path.exists(path) and runfiles.read_json(path) is None
 
 
 def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
     sweep, problems = read_sweep(sweep_dir)
     runs = sweep.runs if sweep is not None else []
     local = sweep is not None and sweep.launcher == "local"
-    rows, queue, failed = [], [], []
+    rows: List[Dict[str, Any]] = []
+    queue: List[Dict[str, Any]] = []
+    failed: List[Dict[str, Any]] = []
     for r in runs:
         row = {
             "idx": r.idx, "label": fmt.label(r.values, r.overrides), "state": r.state, "note": r.note,
             "step": r.step, "max_steps": r.max_steps, "objective": number(r.objective),
             "restarts": r.restarts, "elapsed": fmt.duration(r.elapsed_s), "job_id": r.job_id,
-            "gpu_hours": number(r.gpu_hours), "estimated": bool(r.cost and r.cost.estimated),
+            "gpu_hours": number(r.cost.gpu_hours if r.cost else None), "estimated": bool(r.cost and r.cost.estimated),
             "redone_gpu_hours": number(r.cost.redone_gpu_hours) if r.cost and r.cost.requeues else None,
-            "gpu_util": number(r.sys.get("gpu_util_mean")),
+            "gpu_util": number(r.utilisation.get("gpu_util_mean")),
         }
         rows.append(row)
         if r.state in ACTIVE_WAITING and len(queue) < MAX_QUEUE_ROWS:
@@ -88,11 +92,9 @@ def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
             failed.append({"idx": r.idx, "label": row["label"], "state": r.state, "error": r.error or r.note or "",
                            "log": r.log, "tail": tails.tail(r.log) if len(failed) < MAX_LOG_TAILS else []})
         if r.step is None and _torn_metrics(r.run_dir):
-            problems.append(f"#{r.idx}: {os.path.join(r.run_dir, runfiles.METRICS)} could not be read "
+            problems.append(f"#{r.idx}: {os.path.join(str(r.run_dir), runfiles.METRICS)} could not be read "
                             f"(torn or half written): its row shows what the run record says")
-    counts: Dict[str, int] = {}
-    for row in rows:
-        counts[row["state"]] = counts.get(row["state"], 0) + 1
+    counts: Dict[str, int] = {s.value: n for s, n in sweep.counts().items()} if sweep is not None else {}
     objective = ({"metric": sweep.objective_metric, "mode": sweep.direction.value}
                  if sweep is not None and sweep.objective_metric else None)
     out: Dict[str, Any] = {
@@ -102,10 +104,9 @@ def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
         "failed": failed, "warnings": list(sweep.problems) if sweep else [], "problems": problems, "search": None,
         "cost": cost_summary(sweep) if sweep is not None else None,
     }
-    search = sweep.spec.search if sweep is not None and sweep.spec is not None else None
-    if search is not None:
-        mode = "max" if search.get("direction") == "maximize" else "min"
-        out["search"] = {"metric": sweep.objective_metric, "mode": mode,
+    search = sweep.listing.search if sweep is not None and sweep.listing is not None else None
+    if search is not None and sweep is not None:
+        out["search"] = {"metric": sweep.objective_metric, "mode": sweep.direction.value,
                          "history": [[row["idx"], row["objective"], row["state"]] for row in rows
                                      if isinstance(row["objective"], (int, float))]}
     return out

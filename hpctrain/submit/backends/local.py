@@ -18,7 +18,7 @@ from hpctrain.job.attempt_ended import ended_or_said as attempt_ended
 from hpctrain.core.run import RunSpec
 from hpctrain.submit import results
 from hpctrain.submit.errors import LaunchError
-from hpctrain.submit.launcher import BaseLauncher, JobIds, Run
+from hpctrain.submit.launcher import BaseLauncher, JobIds, PlannedRun
 from hpctrain.submit.progress import Progress, trials_of
 from hpctrain.submit.submission import Array, Calling, Submission
 
@@ -151,5 +151,5 @@ class LocalLauncher(BaseLauncher):
                                  str(job.paths.stderr)) for run in task]
         return any(r is not None for r in retries)
 
-    def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
+    def finish(self, runs: List[PlannedRun], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         return results.report(runs, [self.returns().collect(run, job) for run, job in zip(runs, jobs)], sweep_dir)

@@ -18,7 +18,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hpctrain._compat.submitit import convert_mem, sbatch_script
 from hpctrain.submit import arrays, results
 from hpctrain.submit.errors import LaunchError
-from hpctrain.submit.launcher import BaseLauncher, JobIds, Run
+from hpctrain.submit.launcher import BaseLauncher, JobIds, PlannedRun
 from hpctrain.submit.progress import Progress
 from hpctrain.submit.results import print_next_commands
 from hpctrain.submit.submission import Array, Submission
@@ -189,7 +189,7 @@ class SlurmLauncher(BaseLauncher):
                     f"or split the sweep"]
         return []
 
-    def finish(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
+    def finish(self, runs: List[PlannedRun], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         ids = slurm_parse.array_ids(str(j.job_id) for j in jobs)
         n_tasks = len({str(j.job_id) for j in jobs})
         packed = f", {n_tasks} tasks of {self.runs_per_task()} runs" if self.runs_per_task() > 1 else ""
@@ -204,7 +204,7 @@ class SlurmLauncher(BaseLauncher):
             return [self.returns().placeholder(r, JobStatus.COMPLETED) for r in runs]
         return self._wait(runs, jobs, sweep_dir)
 
-    def _wait(self, runs: List[Run], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
+    def _wait(self, runs: List[PlannedRun], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         """Block until no task of the array is left in the queue, then collect results."""
         ids = [str(j.job_id) for j in jobs]
         job_of = {r.idx: i for r, i in zip(runs, ids)}
