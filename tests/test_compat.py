@@ -8,7 +8,6 @@ Login-node names only (no torch, no Optuna, no TensorBoard: those are in test_co
 import inspect
 import os
 import pickle
-import shlex
 import signal
 import sys
 import types

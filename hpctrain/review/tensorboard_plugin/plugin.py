@@ -89,12 +89,12 @@ class HpctrainPlugin(base_plugin.TBPlugin):
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="hpctrain")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug types it for plain functions; a method works
     def _serve_js(self, request: wrappers.Request) -> wrappers.Response:
         js = resources.files(__package__).joinpath("static", "index.js").read_text(encoding="utf-8")
         return http_util.Respond(request, js, "application/javascript")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug types it for plain functions; a method works
     def _serve_data(self, request: wrappers.Request) -> wrappers.Response:
         if self._latest is None:
             body: Dict[str, Any] = {"problems": [f"no sweep: start TensorBoard with `hpctrain tensorboard SWEEP_DIR` "
