@@ -26,7 +26,7 @@ from omegaconf import open_dict
 from hpctrain._compat.hydra import stored_value
 from hpctrain.core import events
 from hpctrain.core import paths as runfiles
-from hpctrain.core import summary
+from hpctrain.core import safefs, summary
 from hpctrain.core.errors import DiskFullError
 from hpctrain.core.run import RunSpec
 from hpctrain.job.sampler import Sampler
@@ -35,7 +35,8 @@ SAMPLE_EVERY_S = float(os.environ.get("HPCTRAIN_SAMPLE_EVERY_S", "5"))  # utilis
 
 
 def save_payload(path: Path, hydra_context: Any, task_function: Any, config: Any) -> None:
-    runfiles.write_bytes_atomic(path, cloudpickle.dumps((hydra_context, task_function, config, Singleton.get_state())))
+    runfiles.write_bytes_atomic(path, cloudpickle.dumps((hydra_context, task_function, config, Singleton.get_state())),
+                                safefs.exec_file_mode())  # unpickled by every task: writable by the user alone
 
 
 class SweepJob:
