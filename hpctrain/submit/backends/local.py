@@ -15,6 +15,7 @@ from hydra.core.utils import JobReturn
 
 from hpctrain._compat.submitit import local_job_exit_code
 from hpctrain.job.attempt_ended import ended_or_said as attempt_ended
+from hpctrain.core import launcher_id
 from hpctrain.core.run import RunSpec
 from hpctrain.submit import results
 from hpctrain.submit.errors import LaunchError
@@ -97,6 +98,7 @@ class LocalLauncher(BaseLauncher):
         """At most ``max_parallel`` tasks at once, each on its own GPUs; a failed task is retried here."""
         import submitit
 
+        launcher_id.record(submission.sweep_dir)  # `cancel` signals this process only while it is still it
         executor = submitit.LocalExecutor(python=submission.python, **submission.executor)
         (array,) = submission.arrays
         executor.update_parameters(**array.parameters)
