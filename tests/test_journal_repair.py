@@ -6,6 +6,7 @@ import json
 
 import optuna
 
+from hpctrain.search import journal
 from hpctrain.search import study as st
 
 
@@ -33,3 +34,7 @@ def test_a_torn_first_line_keeps_the_trials_and_numbering_goes_on_after_the_high
     assert study.direction == optuna.study.StudyDirection.MAXIMIZE and study.best_trial.number == 1
     assert study.ask().number == 3
     assert "set aside" in capsys.readouterr().err
+
+
+def test_the_repair_names_the_study_as_the_study_module_does():
+    assert journal.STUDY_NAME == st.STUDY_NAME

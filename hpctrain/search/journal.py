@@ -22,6 +22,7 @@ its sleep up to 1 s, so a lock held 20 ms cost a waiter up to 20 ms more (270 ms
 
 import json
 import os
+import re
 import sys
 import time
 from typing import Callable, List, Optional
@@ -29,6 +30,7 @@ from typing import Callable, List, Optional
 from optuna.storages.journal import JournalFileOpenLock
 
 from hpctrain._compat.optuna import lock_file
+from hpctrain.core.atomic import read_json
 
 TORN_SUFFIX = ".torn"
 LOG_START = b'{"op_code":'  # how Optuna writes every log (json.dumps, compact separators)
@@ -138,6 +140,7 @@ def repair(path: str, lock: JournalFileOpenLock, say: Callable[[str], None]) -> 
 
 
 CREATE_STUDY = 0  # Optuna's op code of a study's first log
+STUDY_NAME = "search"  # hpctrain.search.study.STUDY_NAME (study imports this module; a test keeps them equal)
 DIRECTIONS = {"minimize": 1, "maximize": 2}  # optuna.study.StudyDirection values, as the journal holds them
 
 
@@ -155,15 +158,14 @@ def _study_line(path: str, kept: List[bytes], fragments: List[bytes]) -> Optiona
     ops = [_op(line) for line in kept]
     if not ops or ops[0] == CREATE_STUDY:
         return None
-    from hpctrain.core.atomic import read_json
-    from hpctrain.search.study import STUDY_NAME
-
     torn = b"".join(fragments)
     direction = next((code for name, code in DIRECTIONS.items() if b'"directions":[%d' % code in torn), None)
     if direction is None:  # the sweep's own record of its search (sweep.json beside .hpctrain)
         search = (read_json(os.path.join(os.path.dirname(os.path.dirname(path)), "sweep.json")) or {}).get("search")
         direction = DIRECTIONS.get(str((search or {}).get("direction") or "minimize"), 1)
-    log = {"op_code": CREATE_STUDY, "worker_id": "hpctrain-repair", "study_name": STUDY_NAME,
+    named = re.search(rb'"study_name":("(?:[^"\\]|\\.)*")', torn)
+    log = {"op_code": CREATE_STUDY, "worker_id": "hpctrain-repair",
+           "study_name": json.loads(named.group(1)) if named else STUDY_NAME,
            "directions": [direction]}
     return (json.dumps(log, separators=(",", ":")) + "\n").encode()
 

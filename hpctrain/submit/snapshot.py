@@ -360,8 +360,9 @@ def plan(options: SnapshotOptions, cwd: Path, code_dir: Path, exclude: Sequence[
     secrets_left: List[str] = []
     for root, is_git in sources:
         root = root.resolve()
+        dropped: List[str] = []
         if root.is_file() or root.is_symlink():
-            names, dropped = [root.name], []
+            names = [root.name]
             root = root.parent
         else:
             try:

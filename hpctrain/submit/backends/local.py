@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hydra.core.utils import JobReturn
 
@@ -110,7 +110,8 @@ class LocalLauncher(BaseLauncher):
               f"{self.tasks_per_node()} rank(s) each; sweep dir {submission.sweep_dir}")
         free = gpu_slots(visible_gpus(), per_run, parallel)  # physical indices, disjoint
         args = submission.args()
-        pending, running, jobs = list(range(len(tasks))), {}, {}
+        pending, jobs = list(range(len(tasks))), {}
+        running: Dict[int, Tuple[Any, List[int]]] = {}
         task_of = {run.idx: t for t, task in enumerate(tasks) for run in task}
         if submission.calling is Calling.POSITIONAL:  # a search's workers: the display follows their trials
             progress = Progress([], discover=lambda: trials_of(submission.sweep_dir))
