@@ -38,8 +38,8 @@ def test_a_reused_launcher_pid_held_by_an_unrelated_python_is_not_signalled(tmp_
         sweep = tmp_path / "sweep"
         _local_sweep(sweep, notebook.pid)
         # the launcher that recorded this pid was another process: same pid, other start time and argv
-        write_json_atomic(launcher_id.record_path(sweep), {"pid": notebook.pid, "start": 1, "argv": ["python", "-m",
-                                                           "hpctrain", "-m", "lr=0.1", "hydra/launcher=local"]})
+        write_json_atomic(launcher_id.record_path(sweep), {"pid": notebook.pid, "start": 1,
+                                                           "argv_sha256": "0" * 64})
         assert launcher_id.verified(sweep, notebook.pid) is None
         proc = run_hpctrain(["cancel", str(sweep)], cwd=tmp_path, check=False)
         assert "Traceback" not in proc.stderr, proc.stderr
@@ -59,6 +59,21 @@ def test_a_sweep_recording_another_live_pid_without_its_identity_does_not_kill_i
         assert "Traceback" not in proc.stderr, proc.stderr
         time.sleep(0.5)
         assert notebook.poll() is None
+    finally:
+        notebook.kill()
+        notebook.wait()
+
+
+def test_the_same_pid_and_start_time_with_another_command_line_is_not_the_launcher(tmp_path):
+    notebook = _unrelated_python()
+    try:
+        time.sleep(0.2)
+        me = launcher_id.identity(notebook.pid)
+        assert me is not None
+        write_json_atomic(launcher_id.record_path(tmp_path), {**me, "argv_sha256": "f" * 64})
+        assert launcher_id.verified(tmp_path, notebook.pid) is None
+        write_json_atomic(launcher_id.record_path(tmp_path), me)
+        assert launcher_id.verified(tmp_path, notebook.pid) == notebook.pid
     finally:
         notebook.kill()
         notebook.wait()
