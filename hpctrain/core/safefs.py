@@ -104,12 +104,11 @@ def own_dir(path: PathLike, mode: Optional[int] = None) -> Path:
 
 
 def tree_problems(sweep_dir: PathLike, launch_dir: PathLike) -> List[str]:
-    """Why jobs must not run from ``sweep_dir``: it, or an existing parent of it under ``launch_dir`` (the
-    parent alone when it lies elsewhere), is a link, belongs to another user, or is writable by others
-    without the sticky bit: whoever can rename a directory there can put their own code in its place."""
+    """Why jobs must not run from ``sweep_dir``: it, or an existing parent of it under ``launch_dir``, is a
+    link made by another user, belongs to another user (root aside), or is writable by every user without
+    the sticky bit: whoever can rename a directory there can put their own code in its place."""
     sweep, top = Path(os.path.abspath(sweep_dir)), Path(os.path.abspath(launch_dir))
-    under = top in sweep.parents
-    chain = [sweep] + ([p for p in sweep.parents if top in p.parents] if under else [sweep.parent])
+    chain = [sweep] + [p for p in sweep.parents if top in p.parents]
     me, problems = os.geteuid(), []
     for d in chain:
         try:
@@ -120,10 +119,10 @@ def tree_problems(sweep_dir: PathLike, launch_dir: PathLike) -> List[str]:
         except OSError as exc:
             problems.append(f"{d}: cannot be checked ({exc.strerror})")
             continue
-        if stat.S_ISLNK(lst.st_mode) and lst.st_uid != me:
+        if stat.S_ISLNK(lst.st_mode) and lst.st_uid not in (me, 0):
             problems.append(f"{d} is a link made by {owner_name(lst.st_uid)}, not by you: jobs would run code "
                             f"they could replace; choose another hydra.sweep.dir")
-        elif st.st_uid != me:
+        elif st.st_uid not in (me, 0):
             problems.append(f"{d} belongs to {owner_name(st.st_uid)}, not to you: jobs would run code they "
                             f"could replace; choose another hydra.sweep.dir")
         elif st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
