@@ -126,7 +126,14 @@ def private_pickles() -> None:
     from hpctrain.core import atomic, safefs
 
     def cloudpickle_dump(obj: Any, filename: Any) -> None:
-        atomic.write_bytes_atomic(filename, cloudpickle.dumps(obj, pickle.HIGHEST_PROTOCOL), safefs.exec_file_mode())
+        data = cloudpickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+        try:  # a new name (submitit's are random): made here, as the user alone may write it
+            fd = os.open(filename, os.O_WRONLY | os.O_CREAT | os.O_EXCL | safefs.NOFOLLOW, safefs.exec_file_mode())
+        except FileExistsError:  # written again (a checkpoint before a requeue): replaced whole
+            atomic.write_bytes_atomic(filename, data, safefs.exec_file_mode())
+            return
+        with open(fd, "wb") as f:
+            f.write(data)
 
     cloudpickle_dump.hpctrain = True  # type: ignore[attr-defined]
     utils.cloudpickle_dump = cloudpickle_dump
