@@ -204,6 +204,7 @@ def test_tensorboard_serves_every_run_by_its_values(sweep):
             assert line, proc.communicate()
             printed.append(line)
         url = next(line.split()[-1] for line in printed if "URL:" in line)
+        base = url.split("?")[0].rstrip("/")  # the session's own path (token_gate.py)
         opener = _opener_with_cookie(url)  # the token once, then its cookie
         deadline, runs = time.time() + 120, []
         while time.time() < deadline and set(runs) != expected:

@@ -66,7 +66,7 @@ class Board:
             assert line, self.stop()
             self.printed.append(line)
         self.url = next(line.split()[1] for line in self.printed if line.strip().startswith("URL:"))
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = self.url.split("?")[0].rstrip("/")  # the session's own path (token_gate.py)
 
     def stop(self) -> str:
         if self.proc.poll() is None:
@@ -303,3 +303,92 @@ def test_the_tab_follows_state_changes_on_disk_within_5_s(page, sweep, tmp_path)
     assert "metrics.json could not be read" in frame.inner_text("#problems")
     assert frame.query_selector("#runs tr[data-idx='0'][data-state='cancelled']") is not None
     page.screenshot(path=str(tmp_path / "tab_failed_and_torn.png"))
+
+
+# ---------------------------------------------------------------- the session cannot be taken by a neighbour
+class _Recorder:
+    """A colleague's server on another port of this host: records the Cookie header of every request."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        seen = self.cookies = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                seen.append(self.headers.get("Cookie") or "")
+                body = b"<html><body>a colleague's board</body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_another_ports_server_never_receives_the_session_cookie(browser, board):
+    other = _Recorder()
+    context = browser.new_context()
+    try:
+        pg = context.new_page()
+        pg.goto(board.url + "#hpctrain")
+        ours = [c for c in context.cookies() if c["name"] == f"hpctrain-tb-{board.port}"]
+        for path in ("/", "/data/runs", "/data/plugin/hpctrain/data", "/s/"):
+            pg.goto(f"http://127.0.0.1:{other.port}{path}")  # a colleague's board on the next port, its pages
+    finally:
+        context.close()
+        other.server.shutdown()
+    assert ours and ours[0]["path"] == board.base.split(str(board.port), 1)[1], ours  # the session's own path
+    assert len(other.cookies) >= 4 and not any(f"hpctrain-tb-{board.port}" in c for c in other.cookies), other.cookies
+    # our cookie's name with the value another session would derive (another token, port or path): refused
+    forged = f"hpctrain-tb-{board.port}={ours[0]['value'][:-4]}0000"
+    request = urllib.request.Request(board.base + "/data/runs", headers={"Cookie": forged})
+    assert _status(request) == 403
+
+
+def test_a_request_naming_another_host_is_refused(board):
+    import http.client
+
+    token = re.search(r"[?&]token=([^&#\s]+)", board.url).group(1)
+    path = board.base.split(str(board.port), 1)[1] + f"/?token={token}"
+    for host, expected in ((f"evil.example:{board.port}", 403), (f"127.0.0.1:{board.port + 1}", 403),
+                           (f"localhost:{board.port}", 200), (f"127.0.0.1:{board.port}", 200)):
+        conn = http.client.HTTPConnection("127.0.0.1", board.port, timeout=30)
+        conn.request("GET", path, headers={"Host": host})
+        response = conn.getresponse()
+        body = response.read()
+        conn.close()
+        assert response.status == expected, (host, body[:200])
+        if expected == 403:
+            assert b"Host" in body and token.encode() not in body
+
+
+def test_the_url_is_printed_only_once_our_server_has_bound_the_port(sweep):
+    import psutil
+
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", 0))  # bound, not listening yet: the parent's port check passes
+    port = squatter.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "hpctrain", "tensorboard", str(sweep), "--port", str(port)],
+                            cwd=sweep.parent, env=hpctrain_env(env()), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not psutil.Process(proc.pid).children() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)  # the TensorBoard child started: the parent has checked the port
+        squatter.listen(8)  # another user takes the port before TensorBoard binds it
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        squatter.close()
+    assert "URL:" not in out and "token=" not in out + err, out
+    assert proc.returncode != 0 and "hpctrain tensorboard: error:" in err, err

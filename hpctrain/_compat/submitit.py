@@ -96,3 +96,30 @@ def result_outcome(folder: "str | os.PathLike[str]", job_id: str) -> Optional[st
     except (OSError, ValueError, EOFError):  # none, or not (yet) a whole pickle
         return None
     return None
+
+
+def private_pickles() -> None:
+    """submitit's pickles (the job each task unpickles) written never writable by group or others, whatever
+    the umask, and never through a planted link: ``submitit.core.utils.cloudpickle_dump`` replaced (once)."""
+    from submitit.core import utils
+
+    if getattr(utils.cloudpickle_dump, "hpctrain", False):
+        return
+    import pickle
+
+    import cloudpickle
+
+    from hpctrain.core import atomic, safefs
+
+    def cloudpickle_dump(obj: Any, filename: Any) -> None:
+        data = cloudpickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+        try:  # a new name (submitit's are random): made here, as the user alone may write it
+            fd = os.open(filename, os.O_WRONLY | os.O_CREAT | os.O_EXCL | safefs.NOFOLLOW, safefs.exec_file_mode())
+        except FileExistsError:  # written again (a checkpoint before a requeue): replaced whole
+            atomic.write_bytes_atomic(filename, data, safefs.exec_file_mode())
+            return
+        with open(fd, "wb") as f:
+            f.write(data)
+
+    cloudpickle_dump.hpctrain = True  # type: ignore[attr-defined]
+    utils.cloudpickle_dump = cloudpickle_dump

@@ -3,7 +3,8 @@
 Readers see the old file or the whole new one, never a part (as submitit's ``temporary_save_path``); a
 write that fails leaves no temp file, and one that fails for want of space raises
 :class:`~hpctrain.core.errors.DiskFullError` naming the file system.
-A read-modify-write that two processes may do at once takes :func:`locked` first. No torch here.
+A read-modify-write that two processes may do at once takes :func:`locked` first; its lock file is opened
+without following a link (:mod:`hpctrain.core.safefs`). No torch here.
 """
 
 import fcntl
@@ -12,32 +13,34 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Union
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
+from hpctrain.core import safefs
 from hpctrain.core.errors import disk_full
 
 PathLike = Union[str, Path]
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+_UMASK = safefs.umask()
 
 
 @contextmanager
-def replacing(path: PathLike) -> Iterator[Path]:
-    """A temp path beside ``path``; renamed onto ``path`` when the block ends well, removed otherwise.
-    For writers that need a file name of their own (``torch.save``)."""
-    path = Path(path)
+def _temp_beside(path: Path, mode: Optional[int]) -> Iterator[Tuple[int, Path]]:
+    """A new temp file beside ``path`` (``O_EXCL``: never a name someone else planted) and its descriptor,
+    its mode set through the descriptor; renamed onto ``path`` when the block ends well, removed otherwise."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
         raise disk_full(exc, path.parent) or exc
-    os.close(fd)
     try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; others on the shared storage may read
+        os.fchmod(fd, 0o666 & ~_UMASK if mode is None else mode)  # mkstemp makes 0600; others may read
+        yield fd, Path(tmp)
+        os.close(fd)
+        fd = -1
         os.replace(tmp, path)
     except BaseException as exc:
+        if fd >= 0:
+            os.close(fd)
         Path(tmp).unlink(missing_ok=True)
         full = disk_full(exc, path.parent)
         if full is not None and full is not exc:
@@ -45,10 +48,20 @@ def replacing(path: PathLike) -> Iterator[Path]:
         raise
 
 
-def write_bytes_atomic(path: PathLike, data: bytes) -> None:
-    with replacing(path) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(data)
+@contextmanager
+def replacing(path: PathLike, mode: Optional[int] = None) -> Iterator[Path]:
+    """A temp path beside ``path``; renamed onto ``path`` when the block ends well, removed otherwise.
+    For writers that need a file name of their own (``torch.save``). ``mode``: the file's, else the umask's
+    (:func:`~hpctrain.core.safefs.exec_file_mode` for what a job executes or unpickles)."""
+    with _temp_beside(Path(path), mode) as (_, tmp):
+        yield tmp
+
+
+def write_bytes_atomic(path: PathLike, data: bytes, mode: Optional[int] = None) -> None:
+    with _temp_beside(Path(path), mode) as (fd, _):
+        view = memoryview(data)
+        while view:  # written through the descriptor mkstemp gave: never through a name swapped meanwhile
+            view = view[os.write(fd, view):]
 
 
 def write_text_atomic(path: PathLike, text: str) -> None:
@@ -62,7 +75,7 @@ def write_json_atomic(path: PathLike, data: Any) -> None:
 def read_json(path: PathLike) -> Optional[Dict[str, Any]]:
     """A JSON object, or None when the file is missing, unreadable or holds something else."""
     try:
-        with open(path) as f:
+        with open(os.open(path, os.O_RDONLY | safefs.NOFOLLOW)) as f:  # a planted link is no record
             data = json.load(f)
     except (OSError, ValueError):
         return None
@@ -78,7 +91,7 @@ def locked(lock_path: PathLike) -> Iterator[None]:
     """
     lock_path = Path(lock_path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666 & ~_UMASK)
+    fd = safefs.open_lock(lock_path, 0o666 & ~_UMASK)  # never through a planted link
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -40,11 +40,13 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hpctrain._compat.submitit import checkpoint_for_requeue, preemption_signal
+from hpctrain._compat.submitit import checkpoint_for_requeue, preemption_signal, private_pickles
 from hpctrain.core import paths as runfiles
 from hpctrain.core.state import FINAL, State
 from hpctrain.core.run import RunSpec
 from hpctrain.job.preemption import TERM_BY_PARENT_ENV, Term, decides_term, requeue_with, term_meaning_now
+
+private_pickles()  # the result pickle this job writes (the launcher reads it) not writable by the group
 
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
 MEMORY_FRACTION_ENV = "HPCTRAIN_GPU_MEMORY_FRACTION"

@@ -24,18 +24,22 @@ from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from omegaconf import open_dict
 
 from hpctrain._compat.hydra import stored_value
+from hpctrain._compat.submitit import private_pickles
 from hpctrain.core import events
 from hpctrain.core import paths as runfiles
-from hpctrain.core import summary
+from hpctrain.core import safefs, summary
 from hpctrain.core.errors import DiskFullError
 from hpctrain.core.run import RunSpec
 from hpctrain.job.sampler import Sampler
+
+private_pickles()  # the result pickle this job writes (the launcher reads it) not writable by the group
 
 SAMPLE_EVERY_S = float(os.environ.get("HPCTRAIN_SAMPLE_EVERY_S", "5"))  # utilisation sampling (job/sampler.py)
 
 
 def save_payload(path: Path, hydra_context: Any, task_function: Any, config: Any) -> None:
-    runfiles.write_bytes_atomic(path, cloudpickle.dumps((hydra_context, task_function, config, Singleton.get_state())))
+    runfiles.write_bytes_atomic(path, cloudpickle.dumps((hydra_context, task_function, config, Singleton.get_state())),
+                                safefs.exec_file_mode())  # unpickled by every task: writable by the user alone
 
 
 class SweepJob:

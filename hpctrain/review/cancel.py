@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 from rich.markup import escape
 
-from hpctrain.core import events, manifest, summary
+from hpctrain.core import events, launcher_id, manifest, summary
 from hpctrain.core.paths import PACKED_CANCELLED, RunPaths
 from hpctrain.core.state import ACTIVE, State
 from hpctrain.review import fmt, jobs
@@ -78,7 +78,8 @@ def _local(snap: Snapshot, targets: List[Run], whole: bool) -> Dict[str, int]:
                 if spec.job_id and spec.job_id not in done and jobs.pid_alive(spec.job_id)
                 and (whole or spec.idx in chosen)]
         if whole:
-            launcher = jobs.local_launcher([job_id for _, job_id in live], snap.sweep.launcher_pid)
+            recorded = launcher_id.verified(snap.sweep.dir, snap.sweep.launcher_pid)  # a reused pid is not it
+            launcher = jobs.local_launcher([job_id for _, job_id in live], recorded)
             if attempt == 0 and not live and any(r.state is State.QUEUED for r in targets):
                 print("hpctrain cancel: warning: no run of this local sweep is running, so its launcher cannot be "
                       "found; if it is still starting, stop it with Ctrl-C where it runs", file=sys.stderr)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from hpctrain.core import safefs
 from hpctrain.core.state import EventKind, RunState
 from hpctrain.slurm.parse import Usage
 
@@ -39,7 +40,7 @@ def allocation(sweep_dir: Path) -> Allocation:
     import yaml  # type: ignore[import-untyped]
 
     try:
-        with open(Path(sweep_dir) / "multirun.yaml") as f:
+        with open(safefs.open_read(Path(sweep_dir) / "multirun.yaml")) as f:  # a planted link is not followed
             launcher = ((yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {})
                         .get("hydra", {}).get("launcher", {})) or {}
     except (OSError, yaml.YAMLError, AttributeError):

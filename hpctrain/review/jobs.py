@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from hpctrain._compat.submitit import log_path, result_outcome  # noqa: F401 - submitit's folder layout
+from hpctrain.core import safefs
 from hpctrain.core.paths import METRICS, SweepPaths
 from hpctrain.core.state import State
 
@@ -34,12 +35,15 @@ def is_timeout(text: str) -> bool:
 
 
 def tail(path: str, max_bytes: int = 8192) -> str:
+    """The log's last ``max_bytes``; a planted link or another user's file: one line saying so instead."""
     try:
-        with open(path, "rb") as f:
+        with open(safefs.open_read(path), "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - max_bytes))
             return f.read().decode("utf-8", "replace")
+    except safefs.UnsafeFile as exc:
+        return f"hpctrain: {exc.strerror or exc}"
     except OSError:
         return ""
 

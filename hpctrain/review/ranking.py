@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
+from hpctrain.core import safefs
 from hpctrain.core.atomic import write_json_atomic, write_text_atomic
 from hpctrain.core.paths import RunPaths
 from hpctrain.core.redact import redact_overrides, secret_hint
@@ -119,7 +120,7 @@ def _launch_cwd(run_dir: "Optional[str | Path]") -> Optional[str]:
     try:
         import yaml  # type: ignore[import-untyped]
 
-        with open(path) as f:
+        with open(safefs.open_read(path)) as f:  # a planted link is not followed
             cfg = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         return str(cfg["hydra"]["runtime"]["cwd"])
     except (OSError, KeyError, TypeError, ValueError, ImportError):

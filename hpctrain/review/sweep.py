@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml  # type: ignore[import-untyped]
 
-from hpctrain.core import events, manifest
+from hpctrain.core import events, manifest, safefs
 from hpctrain.core.paths import MULTIRUN_YAML, SWEEP_MANIFEST, RunPaths, SweepPaths
 from hpctrain.core.redact import is_secret_key, redact_override
 from hpctrain.review import search as search_review
@@ -172,7 +172,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def _load_yaml(path: Path) -> Any:
     try:
-        with open(path) as f:
+        with open(safefs.open_read(path)) as f:  # a planted link is not followed
             return yaml.load(f, Loader=_Loader)
     except (OSError, yaml.YAMLError):
         return None

@@ -5,14 +5,18 @@ so the runs are presented as a folder of symlinks named by their values (``lr=0.
 at each run's ``tb/``; links of runs not started yet dangle until their run writes its first event.
 TensorBoard runs as a child process (:mod:`hpctrain.review.tensorboard_server`, with the ``hpctrain`` tab)
 bound to 127.0.0.1 unless ``--host`` says otherwise, behind a random token: every user of a login node can
-reach its 127.0.0.1. The token goes to the child through a pipe (not argv: ``ps`` shows argv to all) and
-is printed only in the URL.
+reach its 127.0.0.1. The token and the session's path go to the child through a pipe (not argv: ``ps``
+shows argv to all); the URL is printed only once the child says it has bound the port (a user who took the
+port first answers on it, but never says so), and the cookie works on this server alone
+(:mod:`hpctrain.review.token_gate`).
 """
 
 import getpass
 import json
+import os
 import re
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -28,6 +32,7 @@ from hpctrain.core import summary
 from hpctrain.core.paths import RunPaths
 from hpctrain.review import fmt
 from hpctrain.review.sweep import SweepListing, load_sweep
+from hpctrain.review.token_gate import BOUND, SESSION_STDIN
 
 LINKS = Path(".hpctrain") / "tensorboard"
 START_TIMEOUT_S = 90.0
@@ -78,12 +83,22 @@ def pick_port(host: str, first: int = 6006, tries: int = 100) -> int:
     raise OSError(f"no free port in {first}..{first + tries - 1} on {host}; pass --port")
 
 
-def _listening(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1" if host in ("0.0.0.0", "") else host, port), timeout=1):
-            return True
-    except OSError:
-        return False
+def _bound(ready: int, proc: subprocess.Popen, deadline: float) -> bool:
+    """Whether the child wrote ``bound`` on its descriptor (its server holds the port) before it exited or
+    the deadline passed."""
+    got = b""
+    while time.time() < deadline:
+        readable, _, _ = select.select([ready], [], [], 0.3)
+        if readable:
+            chunk = os.read(ready, 64)
+            got += chunk
+            if got.startswith(BOUND):
+                return True
+            if not chunk:
+                return False  # closed without a word: the child is gone, or never bound
+        elif proc.poll() is not None:
+            return False
+    return False
 
 
 def login_host() -> str:
@@ -129,9 +144,9 @@ def pinned_cards(sweep: SweepListing) -> str:
     return "pinnedCards=" + quote(cards, safe="")
 
 
-def server_command(links: Path, sweep_dir: Path, host: str, port: int, token: bool) -> List[str]:
+def server_command(links: Path, sweep_dir: Path, host: str, port: int) -> List[str]:
     # --load_fast=false: TensorBoard's data server would listen on a second, ungated local port
-    return [sys.executable, "-m", "hpctrain.review.tensorboard_server", *(["--token-stdin"] if token else []),
+    return [sys.executable, "-m", "hpctrain.review.tensorboard_server", SESSION_STDIN,
             "--logdir", str(links), "--host", host, "--port", str(port), "--reload_interval", "15",
             "--load_fast", "false", "--hpctrain_sweep_dir", str(sweep_dir)]
 
@@ -148,42 +163,49 @@ def run(sweep_dir: Path, port: Optional[int] = None, host: str = "127.0.0.1", to
         print(f"hpctrain tensorboard: error: port {port} on {host} is in use; pick another with --port", file=sys.stderr)
         return 2
     links = make_links(sweep)
-    cmd = server_command(links, sweep_dir, host, port, token)
+    cmd = server_command(links, sweep_dir, host, port)
     secret = secrets.token_urlsafe(32) if token else ""
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if token else subprocess.DEVNULL)
-    if proc.stdin is not None:
-        try:
-            proc.stdin.write(f"{secret}\n".encode())
-            proc.stdin.close()
-        except OSError:
-            pass  # the child died at once: reported below with its exit code
+    prefix = f"/s/{secrets.token_urlsafe(12)}" if token else ""  # the session's own path: the cookie's Path
+    loopback = host in ("localhost", "127.0.0.1")
+    names = [] if loopback else [login_host(), socket.gethostname(), socket.getfqdn()]
+    ready, bound_fd = os.pipe()
+    session = {"token": secret, "prefix": prefix, "bound_fd": bound_fd, "hosts": names}
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, pass_fds=(bound_fd,))
+    finally:
+        os.close(bound_fd)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write((json.dumps(session) + "\n").encode())
+        proc.stdin.close()
+    except OSError:
+        pass  # the child died at once: reported below with its exit code
     signal.signal(signal.SIGTERM, _on_sigterm)  # `kill` stops TensorBoard too
     try:
-        deadline = time.time() + START_TIMEOUT_S
-        while not _listening(host, port):
+        if not _bound(ready, proc, time.time() + START_TIMEOUT_S):
             if proc.poll() is not None:
                 print(f"hpctrain tensorboard: error: TensorBoard exited with code {proc.returncode} "
                       f"(command: {' '.join(cmd)})", file=sys.stderr)
-                return 1
-            if time.time() > deadline:
-                print(f"hpctrain tensorboard: error: TensorBoard did not answer on {host}:{port} "
+            else:
+                print(f"hpctrain tensorboard: error: TensorBoard did not bind {host}:{port} "
                       f"within {START_TIMEOUT_S:.0f} s", file=sys.stderr)
-                return 1
-            time.sleep(0.3)
+            return 1
         shown = login_host() if host in ("0.0.0.0", "") else host
         print(f"\nTensorBoard on {sweep_dir}: {len(run_names(sweep))} runs, named by "
               f"{', '.join(sweep.swept) or 'their overrides'}")
         query = f"?token={secret}&{pinned_cards(sweep)}" if secret else f"?{pinned_cards(sweep)}"
-        print(f"  URL:        http://{shown}:{port}/{query}")
+        query = f"{prefix}/{query}"
+        print(f"  URL:        http://{shown}:{port}{query}")
         target = "127.0.0.1" if host in ("0.0.0.0", "", "localhost", "127.0.0.1") else host
         print(f"  ssh tunnel: ssh -N -L {port}:{target}:{port} {getpass.getuser()}@{login_host()}"
-              f"   (then open http://localhost:{port}/{query} on your machine)")
+              f"   (then open http://localhost:{port}{query} on your machine)")
         print("  The hpctrain tab: every run's state, the queue, failed runs' errors; it refreshes by itself.")
         print("  Ctrl-C to stop.", flush=True)
         if not secret:
             print(NO_TOKEN_WARNING.format(where=f"{host}:{port}"), file=sys.stderr, flush=True)
         return proc.wait()
     finally:
+        os.close(ready)
         _stop(proc)
         if not str(links).startswith(str(sweep.dir)):
             shutil.rmtree(links, ignore_errors=True)

@@ -1,21 +1,24 @@
 """The TensorBoard child of ``hpctrain tensorboard``: TensorBoard with the ``hpctrain`` tab, behind a token.
 
-``python -m hpctrain.review.tensorboard_server [--token-stdin] TENSORBOARD_FLAGS...``: the token is read
-from the first line of stdin (a pipe from the parent), never from argv or a file, so ``ps`` and other
-users of the machine do not see it.
+``python -m hpctrain.review.tensorboard_server --session-stdin TENSORBOARD_FLAGS...``: the session (token,
+path prefix, the descriptor to report on) is read from the first line of stdin (a pipe from the parent),
+never from argv or a file, so ``ps`` and other users of the machine do not see it. Once the server has
+bound its port it writes ``bound`` on that descriptor: the parent prints the URL only then, so a user who
+took the port first never receives it.
 """
 
+import json
+import os
 import sys
-from typing import Any, List
+from typing import Any, Dict, List
 
 from tensorboard import default, program
 from tensorboard.plugins import base_plugin
 
 from hpctrain._compat import tensorboard as tb_compat
 from hpctrain.review.tensorboard_plugin import HpctrainLoader
-from hpctrain.review.token_gate import TokenGate
+from hpctrain.review.token_gate import BOUND, SESSION_STDIN, TokenGate, allowed_hosts
 
-TOKEN_STDIN = "--token-stdin"
 
 
 def plugins() -> List[Any]:
@@ -26,10 +29,16 @@ def plugins() -> List[Any]:
     return found
 
 
-def server_class(token: str) -> Any:
+def server_class(session: Dict[str, Any]) -> Any:
+    token, prefix, bound_fd = str(session.get("token") or ""), str(session.get("prefix") or ""), session.get("bound_fd")
+
     class GatedServer(program.WerkzeugServer):
         def __init__(self, wsgi_app: Any, flags: Any) -> None:
-            super().__init__(TokenGate(wsgi_app, token, flags.port) if token else wsgi_app, flags)
+            hosts = allowed_hosts(flags.host or "", flags.port, session.get("hosts") or ())
+            super().__init__(TokenGate(wsgi_app, token, flags.port, prefix, hosts), flags)
+            if isinstance(bound_fd, int):  # bound and listening: our server, not someone else's, has the port
+                os.write(bound_fd, BOUND)
+                os.close(bound_fd)
 
         def print_serving_message(self) -> None:
             pass  # the parent prints the URL, with its token
@@ -38,15 +47,20 @@ def server_class(token: str) -> Any:
 
 
 def main(argv: List[str]) -> int:
-    token = ""
-    if TOKEN_STDIN in argv:
-        argv = [a for a in argv if a != TOKEN_STDIN]
-        token = sys.stdin.readline().strip()
-        if not token:
-            print("hpctrain tensorboard: error: no token on stdin", file=sys.stderr)
+    session: Dict[str, Any] = {}
+    if SESSION_STDIN in argv:
+        argv = [a for a in argv if a != SESSION_STDIN]
+        try:
+            session = json.loads(sys.stdin.readline())
+        except ValueError:
+            session = {}
+        if not isinstance(session, dict) or "token" not in session:
+            print("hpctrain tensorboard: error: no session on stdin", file=sys.stderr)
             return 2
+        if session.get("prefix"):
+            argv = [*argv, "--path_prefix", str(session["prefix"])]  # here, not in the argv `ps` shows
     tb_compat.global_init()
-    board = program.TensorBoard(plugins=plugins(), server_class=server_class(token))
+    board = program.TensorBoard(plugins=plugins(), server_class=server_class(session))
     try:
         board.configure(argv=[sys.argv[0], *argv])
     except base_plugin.FlagsError as exc:

@@ -8,7 +8,10 @@ journal's own lock:
 - before every append (:class:`RepairingOpenLock`, the lock Optuna takes to append): a last line that is
   not a whole JSON line is moved to the side file ``study.journal.torn``;
 - when a study is opened (:func:`repair`): every line that is not JSON is set aside, keeping a whole log
-  glued onto a fragment (the fragment goes to the side file, the log stays).
+  glued onto a fragment (the fragment goes to the side file, the log stays). Where the study's own first
+  line (``create_study``) was the one set aside, it is written again (the study's name, its direction from
+  the fragment or from ``sweep.json``): without it Optuna drops every trial after it and numbers the next
+  trials from 0 again, over the earlier trials' run dirs, and ``status`` loses them (the best one too).
 
 Each repair is reported once, in one line naming the side file.
 
@@ -19,6 +22,7 @@ its sleep up to 1 s, so a lock held 20 ms cost a waiter up to 20 ms more (270 ms
 
 import json
 import os
+import re
 import sys
 import time
 from typing import Callable, List, Optional
@@ -26,6 +30,7 @@ from typing import Callable, List, Optional
 from optuna.storages.journal import JournalFileOpenLock
 
 from hpctrain._compat.optuna import lock_file
+from hpctrain.core.atomic import read_json
 
 TORN_SUFFIX = ".torn"
 LOG_START = b'{"op_code":'  # how Optuna writes every log (json.dumps, compact separators)
@@ -125,12 +130,44 @@ def repair(path: str, lock: JournalFileOpenLock, say: Callable[[str], None]) -> 
                 _rewrite(path, kept)
             return None
         side = _set_aside(path, fragments)
-        _rewrite(path, kept)
+        rebuilt = _study_line(path, kept, fragments)
+        _rewrite(path, [rebuilt] + kept if rebuilt else kept)
     finally:
         lock.release()
     message = _report(path, sum(len(x) for x in fragments), side)
     say(message)
     return message
+
+
+CREATE_STUDY = 0  # Optuna's op code of a study's first log
+STUDY_NAME = "search"  # hpctrain.search.study.STUDY_NAME (study imports this module; a test keeps them equal)
+DIRECTIONS = {"minimize": 1, "maximize": 2}  # optuna.study.StudyDirection values, as the journal holds them
+
+
+def _op(line: bytes) -> Optional[int]:
+    try:
+        op = json.loads(line).get("op_code")
+    except (ValueError, AttributeError):
+        return None
+    return op if isinstance(op, int) else None
+
+
+def _study_line(path: str, kept: List[bytes], fragments: List[bytes]) -> Optional[bytes]:
+    """The ``create_study`` log to put back first, where the journal has logs of a study but lost its first
+    line; None where it has it (or holds nothing)."""
+    ops = [_op(line) for line in kept]
+    if not ops or ops[0] == CREATE_STUDY:
+        return None
+    torn = b"".join(fragments)
+    direction = next((code for name, code in DIRECTIONS.items() if b'"directions":[%d' % code in torn), None)
+    if direction is None:  # the sweep's own record of its search (sweep.json beside .hpctrain)
+        search = (read_json(os.path.join(os.path.dirname(os.path.dirname(path)), "sweep.json")) or {}).get("search")
+        direction = DIRECTIONS.get(str((search or {}).get("direction") or "minimize"), 1)
+    named = re.search(rb'"study_name":("(?:[^"\\]|\\.)*")', torn)
+    log = {"op_code": CREATE_STUDY, "worker_id": "hpctrain-repair",
+           "study_name": json.loads(named.group(1)) if named else STUDY_NAME,
+           "directions": [direction]}
+    return (json.dumps(log, separators=(",", ":")) + "\n").encode()
 
 
 def _rewrite(path: str, lines: List[bytes]) -> None:

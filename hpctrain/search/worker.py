@@ -48,6 +48,9 @@ from hpctrain.search.bridge import TrialBridge, activate
 from hpctrain.search.compose import Composer
 from hpctrain.search.space import trial_dirname
 from hpctrain.search.units import Unit, outcome
+from hpctrain._compat.submitit import private_pickles
+
+private_pickles()  # the result pickle this job writes (the launcher reads it) not writable by the group
 
 POLL_S = 0.2
 IDLE_S = 0.25  # between looks while running units may yet bring a promotion (a look is a few file reads)

@@ -16,8 +16,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from hpctrain._compat.submitit import private_pickles
+from hpctrain.core import safefs
+from hpctrain.core.paths import SUBMITIT_DIR
 from hpctrain.submit.errors import LaunchError
 
+PID_WIDTH = 20  # wider than any pid
 WAIT_S = float(os.environ.get("HPCTRAIN_SUBMIT_WAIT_S", "120"))
 
 
@@ -29,8 +33,18 @@ def lock_path(sweep_dir: Path) -> Path:
 def one_submission(sweep_dir: Path, wait_s: float = WAIT_S) -> Iterator[None]:
     """Hold the sweep's submission lock for the block; wait up to ``wait_s`` for another holder."""
     path = lock_path(sweep_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    private_pickles()
+    problems = safefs.tree_problems(sweep_dir, os.getcwd())
+    if problems:
+        raise LaunchError(f"nothing submitted: {problems[0]}")
+    try:
+        for note in safefs.guard_tree(sweep_dir, os.getcwd()):
+            print(f"hpctrain: {note}", file=sys.stderr)
+        safefs.own_dir(path.parent)  # the payload and code snapshot live here: writable by the user alone
+        safefs.own_dir(Path(sweep_dir) / SUBMITIT_DIR)  # submitit's pickles (its default folder)
+        fd = safefs.open_lock(path)
+    except safefs.UnsafeFile as exc:
+        raise LaunchError(f"nothing submitted: {exc}") from None
     try:
         deadline, said = time.monotonic() + wait_s, False
         while True:
@@ -47,8 +61,8 @@ def one_submission(sweep_dir: Path, wait_s: float = WAIT_S) -> Iterator[None]:
                           file=sys.stderr, flush=True)
                     said = True
                 time.sleep(0.5)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # who holds it, for the line a waiter prints
+        # who holds it, for the line a waiter prints: a fixed width over the last holder's, never truncated
+        os.pwrite(fd, f"{os.getpid():<{PID_WIDTH}}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock

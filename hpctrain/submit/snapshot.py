@@ -12,6 +12,7 @@ and ``PYTHONSAFEPATH=1`` keeps the job's working directory (the live tree) off `
 Login-node code: no torch.
 """
 
+import fnmatch
 import importlib.metadata
 import json
 import os
@@ -29,6 +30,15 @@ SKIP_NAMES = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ipynb_che
 OUTPUT_MARKERS = {".hydra", ".submitit", ".hpctrain"}  # a directory holding one is a run's or sweep's output
 MB = 1024 * 1024
 BIGGEST = 5  # files named when the size cap is exceeded
+# secret files by name: left out of the copy (a copy lands in the sweep dir, read by the group); one named
+# itself in hydra.launcher.snapshot.paths is copied all the same
+SECRET_NAMES = (".env", ".env.*", "*.env", ".netrc", "_netrc", ".pgpass", ".git-credentials", ".pypirc", ".npmrc",
+                ".htpasswd", "credentials", "credentials.json", "credentials.yaml", "credentials.yml",
+                "secrets.yaml", "secrets.yml", "secrets.json", "secrets.toml", "client_secret*.json",
+                "service-account*.json", "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_*_key", "*.pem",
+                "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.ppk", "*.kdbx", "*.gpg", "*.asc")
+SECRET_PATHS = (".aws/credentials", ".aws/config", ".ssh/*", ".kube/config", ".docker/config.json",
+                ".config/gcloud/*", ".gnupg/*")
 SOURCE_SUFFIXES = (".py", ".yaml", ".yml", ".toml", ".json", ".cfg", ".ini")  # an app's code outside git
 
 
@@ -167,6 +177,14 @@ def _keep(names: Sequence[str]) -> Tuple[List[str], List[str]]:
     return kept, sorted(dropped)
 
 
+def is_secret(name: str) -> bool:
+    """Whether a file (a path relative to its tree) has the name of a well-known secret file."""
+    base = name.rsplit("/", 1)[-1]
+    if any(fnmatch.fnmatchcase(base, pattern) for pattern in SECRET_NAMES):
+        return True
+    return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, "*/" + p) for p in SECRET_PATHS)
+
+
 def kept_names(root: Path, names: Sequence[str], exclude: Sequence[Path] = ()) -> List[str]:
     """``names`` (relative to ``root``) as a snapshot takes them: outside ``exclude`` and the directories
     :func:`_keep` leaves out."""
@@ -184,6 +202,7 @@ class CodeCopy:
     repos: List[Path] = field(default_factory=list)  # the git work trees among them
     app_dir: Optional[Path] = None  # the app's own directory where it is in no git work tree
     notes: List[str] = field(default_factory=list)  # said when the snapshot is taken
+    secrets: List[str] = field(default_factory=list)  # files left out by name (SECRET_NAMES)
     problems: List[str] = field(default_factory=list)
     taken: bool = False
 
@@ -210,7 +229,10 @@ class CodeCopy:
         """Copy the files (into a temporary folder, renamed when complete); the seconds it took."""
         if self.taken:
             return 0.0
+        from hpctrain.core import safefs
+
         start = time.perf_counter()
+        safefs.own_dir(self.code_dir.parent)  # submission-N: no one else may rename code/ away
         tmp = self.code_dir.with_name(f"{self.code_dir.name}.tmp-{os.getpid()}")
         made: Set[str] = set()
         vanished: List[str] = []
@@ -229,6 +251,7 @@ class CodeCopy:
                 except FileNotFoundError:  # gone since it was listed: an editor's swap file, .nfsXXXX, a log
                     vanished.append(src)
             tmp.mkdir(parents=True, exist_ok=True)
+            _no_write_for_others(tmp)
             tmp.replace(self.code_dir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -240,6 +263,25 @@ class CodeCopy:
                               + ", ".join(vanished[:5]) + (" ..." if len(vanished) > 5 else ""))
         self.taken = True
         return time.perf_counter() - start
+
+
+def _no_write_for_others(top: "str | Path") -> None:
+    """The copy's modes, whatever the umask and the sources' modes: what a job imports is never writable
+    by group or others (a colleague's edit would run as the user)."""
+    from hpctrain.core import safefs
+
+    dir_mode = safefs.exec_dir_mode()
+    os.chmod(top, dir_mode)
+    for dirpath, dirnames, filenames in os.walk(top):
+        for d in dirnames:
+            path = os.path.join(dirpath, d)
+            if not os.path.islink(path):
+                os.chmod(path, dir_mode)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if not os.path.islink(path) and st.st_mode & 0o022:
+                os.chmod(path, st.st_mode & 0o7755)
 
 
 def app_dir(task_function: Any) -> Optional[Path]:
@@ -315,10 +357,12 @@ def plan(options: SnapshotOptions, cwd: Path, code_dir: Path, exclude: Sequence[
             sources.append((path, False))
     excluded = [str(Path(p).resolve()) + os.sep for p in exclude]
     dropped_all: List[str] = []
+    secrets_left: List[str] = []
     for root, is_git in sources:
         root = root.resolve()
+        dropped: List[str] = []
         if root.is_file() or root.is_symlink():
-            names, dropped = [root.name], []
+            names = [root.name]
             root = root.parent
         else:
             try:
@@ -330,6 +374,8 @@ def plan(options: SnapshotOptions, cwd: Path, code_dir: Path, exclude: Sequence[
                 continue
             if is_git and root not in snap.repos:
                 snap.repos.append(root)
+            secrets_left += [os.path.join(root, n) for n in names if is_secret(n)]
+            names = [n for n in names if not is_secret(n)]
         dropped_all += [str(root / d) for d in dropped]
         for name in names:
             src = os.path.join(root, name)
@@ -343,6 +389,12 @@ def plan(options: SnapshotOptions, cwd: Path, code_dir: Path, exclude: Sequence[
         snap.notes.append("left out of the code snapshot (virtual environments, run outputs; add them to "
                           ".gitignore): " + ", ".join(sorted(set(dropped_all))[:5])
                           + (" ..." if len(set(dropped_all)) > 5 else ""))
+    secrets_left = sorted(set(secrets_left) - set(snap.files))
+    if secrets_left:
+        snap.secrets = secrets_left
+        snap.notes.append(f"left out of the code snapshot: {len(secrets_left)} file(s) named like secrets ("
+                          + ", ".join(secrets_left[:5]) + (" ..." if len(secrets_left) > 5 else "")
+                          + "); name one in hydra.launcher.snapshot.paths to copy it all the same")
     total = sum(snap.files.values())
     if total > options.max_mb * MB:
         snap.problems.append(f"hydra.launcher.snapshot.max_mb={options.max_mb:g}: the code snapshot would hold "

@@ -9,12 +9,13 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hydra.core.utils import JobReturn
 
 from hpctrain._compat.submitit import local_job_exit_code
 from hpctrain.job.attempt_ended import ended_or_said as attempt_ended
+from hpctrain.core import launcher_id
 from hpctrain.core.run import RunSpec
 from hpctrain.submit import results
 from hpctrain.submit.errors import LaunchError
@@ -97,6 +98,7 @@ class LocalLauncher(BaseLauncher):
         """At most ``max_parallel`` tasks at once, each on its own GPUs; a failed task is retried here."""
         import submitit
 
+        launcher_id.record(submission.sweep_dir)  # `cancel` signals this process only while it is still it
         executor = submitit.LocalExecutor(python=submission.python, **submission.executor)
         (array,) = submission.arrays
         executor.update_parameters(**array.parameters)
@@ -109,7 +111,7 @@ class LocalLauncher(BaseLauncher):
         free = gpu_slots(visible_gpus(), per_run, parallel)  # physical indices, disjoint
         args = submission.args()
         pending = list(range(len(tasks)))
-        running: Dict[int, Any] = {}
+        running: Dict[int, Tuple[Any, List[int]]] = {}
         jobs: Dict[int, Any] = {}
         task_of = {run.idx: t for t, task in enumerate(tasks) for run in task}
         if submission.calling is Calling.POSITIONAL:  # a search's workers: the display follows their trials
