@@ -25,7 +25,7 @@ def _local_sweep(sweep: Path, pid: int) -> None:
 
     def add(m: manifest.Manifest) -> None:
         m.launcher, m.launcher_pid = "local", pid
-        m.submissions.append(manifest.Submission(runs=[0], launcher_pid=pid))
+        m.submissions.append(manifest.SubmissionRecord(runs=[0], launcher_pid=pid))
         m.runs[0] = manifest.RunEntry(RunSpec(0, ("lr=0.1",), run_dir, 10))
 
     manifest.update(sweep, add)
