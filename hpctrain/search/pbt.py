@@ -147,11 +147,6 @@ def ready(population: Sequence[Member], size: int, max_steps: int) -> Optional[M
     return None
 
 
-def needed_from(population: Sequence[Member]) -> int:
-    """Kept boundary checkpoints at steps below this are needed by no unit (every member is past them)."""
-    return min((m.step for m in population), default=0)
-
-
 # ---------------------------------------------------------------- lineage and replay
 def lineage_entry(step: int, parent: Optional[int], params: Mapping[str, Any]) -> Dict[str, Any]:
     """One entry of metrics.json's ``lineage``: from ``step`` on, ``params``; ``parent``: the trial whose

@@ -264,7 +264,6 @@ def read_leases(sweep_dir: "str | Path", claims: Optional[Dict[str, Dict[str, An
     ``claims``: the claim files read before (path -> content), kept by the caller: a claim file is created
     whole and never written again (a new generation is a new file), so its content is read once."""
     newest: Dict[int, int] = {}
-    legacy: Set[int] = set()
     try:
         names = os.listdir(leases_dir(sweep_dir))
     except OSError:
@@ -274,8 +273,6 @@ def read_leases(sweep_dir: "str | Path", claims: Optional[Dict[str, Dict[str, An
         if len(parts) == 3 and parts[2] == "claim" and parts[0].isdigit() and parts[1].isdigit():
             number, gen = int(parts[0]), int(parts[1])
             newest[number] = max(gen, newest.get(number, 0))
-        elif len(parts) == 2 and parts[1] == "json" and parts[0].isdigit():
-            legacy.add(int(parts[0]))
     out: Dict[int, Dict[str, Any]] = {}
     for number, gen in newest.items():
         path = claim_path(sweep_dir, number, gen)
@@ -286,10 +283,6 @@ def read_leases(sweep_dir: "str | Path", claims: Optional[Dict[str, Dict[str, An
                 claims[path] = lease
         if lease is not None:
             out[number] = {**lease, "gen": gen}
-    for number in legacy - set(out):  # a study begun before claims: its lease is generation 0
-        lease = read_json(lease_path(sweep_dir, number))
-        if lease is not None:
-            out[number] = {**lease, "gen": 0}
     return out
 
 
@@ -719,12 +712,6 @@ def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
     raise TypeError(f"{name}: unexpected distribution {dist!r}")
 
 
-def next_trial(study: optuna.Study, settings: Settings, sweep_dir: "str | Path", me: str,
-               owner_fields: Dict[str, Any]) -> "Assignment | Next":
-    """This worker's next trial (:meth:`Leases.next_trial` with the real clock, squeue and processes)."""
-    return Leases(sweep_dir, settings, me, owner_fields).next_trial(study)
-
-
 def settle_failed(study: optuna.Study, trial: FrozenTrial, why: str) -> None:
     try:  # the reason first: a finished trial takes no more attributes
         optuna_compat.set_trial_system_attr(study, optuna_compat.trial_id(trial), "hpctrain:failed", why)
@@ -762,7 +749,3 @@ def work_left(study: optuna.Study, settings: Settings) -> int:
     open_ = sum(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
     return max(0, budget(settings) - len(trials)) + open_
 
-
-def trial_rows(trials: List[FrozenTrial]) -> List[Dict[str, Any]]:
-    return [{"number": t.number, "state": t.state.name.lower(), "value": t.value, "params": dict(t.params)}
-            for t in trials]

@@ -119,20 +119,3 @@ def outcome(unit: Unit, max_steps: int) -> State:
     """How a trial stands after a unit ran to its end: paused before ``max_steps``, else completed."""
     return State.PAUSED if unit.end_step < max_steps else State.COMPLETED
 
-
-class NoScheduler:
-    """``scheduler=none``: each trial is one unit from 0 to ``max_steps``; new trials while the budget lasts."""
-
-    def __init__(self, max_steps: int) -> None:
-        self.max_steps = max_steps
-
-    def next_unit(self, view: StudyView) -> "Unit | Next":
-        if view.next_number >= view.n_trials:
-            return Next.DONE
-        return Unit(None, UnitKind.NEW, 0, self.max_steps)
-
-    def stranded(self, view: StudyView) -> List[int]:
-        return []
-
-
-SCHEDULERS = ("none", "asha", "hyperband", "pbt")
