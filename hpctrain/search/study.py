@@ -39,6 +39,7 @@ reads a trial that reported values as pruned at its last step, as Optuna's sampl
 Imports optuna: used on the login node only for search sweeps.
 """
 
+import hashlib
 import json
 import os
 import socket
@@ -133,11 +134,24 @@ def exists(sweep_dir: "str | Path") -> bool:
 WORKER_SEED_STRIDE = 1_000_003  # worker w samples with seed + w * stride: studies of seeds 0 and 1 share no stream
 
 
-def build_sampler(settings: Settings, worker: int = 0) -> optuna.samplers.BaseSampler:
-    """The sampler of one worker: its own seed (``seed + worker * WORKER_SEED_STRIDE``; worker 0 uses ``seed``);
-    TPE lies constantly with several workers (a running trial counts as a bad one, so that parallel workers
-    do not all sample the same point)."""
-    seed = None if settings.seed is None else (int(settings.seed) + worker * WORKER_SEED_STRIDE) % 2**32
+def worker_seed(seed: int, worker: int, restart: int = 0, trials: int = 0) -> int:
+    """The seed of one worker's sampler. Worker ``w`` of a new study, on its first attempt, samples with
+    ``seed + w * WORKER_SEED_STRIDE`` (worker 0 with ``seed``); a worker that opens a study holding ``trials``
+    trials already (a rerun, a restart, a reopened study) or runs a later attempt (``SLURM_RESTART_COUNT``)
+    mixes both into its seed: a sampler re-created from the same seed would draw TPE's start-up values
+    again. Reproducible: the same seed, worker, attempt and study size give the same stream."""
+    base = (int(seed) + worker * WORKER_SEED_STRIDE) % 2**32
+    if restart == 0 and trials == 0:
+        return base
+    digest = hashlib.sha256(f"{base}:{restart}:{trials}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def build_sampler(settings: Settings, worker: int = 0, restart: int = 0, trials: int = 0
+                  ) -> optuna.samplers.BaseSampler:
+    """The sampler of one worker, seeded by :func:`worker_seed`; TPE lies constantly with several workers
+    (a running trial counts as a bad one, so that parallel workers do not all sample the same point)."""
+    seed = None if settings.seed is None else worker_seed(settings.seed, worker, restart, trials)
     inner = _sampler(settings, seed)
     return UnitSampler(inner) if settings.scheduler in ("asha", "hyperband") and settings.sampler != "grid" else inner
 
@@ -205,9 +219,13 @@ def build_pruner(settings: Settings) -> optuna.pruners.BasePruner:
 
 
 def open_study(sweep_dir: "str | Path", settings: Settings, worker: int = 0) -> optuna.Study:
-    return optuna.create_study(storage=storage(sweep_dir), study_name=STUDY_NAME, direction=settings.direction,
-                               sampler=build_sampler(settings, worker), pruner=build_pruner(settings),
-                               load_if_exists=True)
+    """The sweep's study, with worker ``worker``'s sampler (seeded for this attempt and the study's size)."""
+    study = optuna.create_study(storage=storage(sweep_dir), study_name=STUDY_NAME, direction=settings.direction,
+                                sampler=optuna.samplers.RandomSampler(), pruner=build_pruner(settings),
+                                load_if_exists=True)
+    restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0)  # this worker's attempt (a requeue: the next)
+    study.sampler = build_sampler(settings, worker, restart, len(study.get_trials(deepcopy=False)))
+    return study
 
 
 def existing_direction(sweep_dir: "str | Path") -> Optional[str]:

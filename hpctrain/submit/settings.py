@@ -85,7 +85,7 @@ class SearchSweeperConf:
     sampler: str = "tpe"  # tpe | random | grid | cmaes | gp
     pruner: str = "median"  # median | asha | none: stop bad trials at an eval step
     startup_trials: int = 5  # the median pruner prunes nothing before this many trials have finished
-    seed: Optional[int] = None  # the samplers' seed (each worker gets seed + its index)
+    seed: Optional[int] = None  # the samplers' seed (each worker's own: hpctrain.search.study.worker_seed)
     grace_s: int = 120  # a running trial whose worker is unknown and silent this long is taken over
     heartbeat_s: float = 10.0
     params: Optional[Dict[str, str]] = None  # the space kept in a file (+sweep=NAME): key -> interval(...)
