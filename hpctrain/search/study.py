@@ -228,6 +228,34 @@ def open_study(sweep_dir: "str | Path", settings: Settings, worker: int = 0) -> 
     return study
 
 
+STORAGE_ERRORS = (OSError, ValueError, RuntimeError)  # a torn journal, an NFS hiccup, a broken lock
+REPORT_RETRIES = 3
+REPORT_BACKOFF_S = 0.5  # then 1 s, 2 s: a report waits at most a few seconds inside the trainer's eval
+
+
+def retrying_trial(trial: optuna.Trial, sweep_dir: "str | Path | None", what: str,
+                   call: Callable[[optuna.Trial], Any], say: Callable[[str], None] = print
+                   ) -> "tuple[optuna.Trial, Any]":
+    """``call(trial)``, again on the trial of a freshly opened study after a storage error (as the worker
+    retries its own calls), a few times; then the error is raised. Returns the trial used last, and what the
+    call returned. ``sweep_dir`` None: no study to reopen, the call is made once."""
+    fresh = False
+    for attempt in range(REPORT_RETRIES + 1):
+        try:
+            if fresh and sweep_dir is not None:
+                study = optuna.load_study(study_name=STUDY_NAME, storage=storage(sweep_dir, say),
+                                          sampler=trial.study.sampler, pruner=trial.study.pruner)
+                trial = optuna_compat.live_trial(study, optuna_compat.trial_id(trial))
+            return trial, call(trial)
+        except STORAGE_ERRORS as exc:
+            if attempt == REPORT_RETRIES or sweep_dir is None:
+                raise
+            say(f"hpctrain search: trial {trial.number}: {what}: {type(exc).__name__}: {exc}; retrying")
+            time.sleep(REPORT_BACKOFF_S * 2 ** attempt)
+            fresh = True
+    raise AssertionError("unreachable")
+
+
 def existing_direction(sweep_dir: "str | Path") -> Optional[str]:
     """The direction of the study already in the sweep dir (a rerun), or None."""
     if not exists(sweep_dir):
