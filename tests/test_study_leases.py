@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from optuna.trial import TrialState
 
+from hpctrain.core.liveness import Liveness
 from hpctrain.search import journal
 from hpctrain.search import study as studies
 from hpctrain.search.space import parse
@@ -40,8 +41,8 @@ class World:
     def queue(self, job_ids: List[str]) -> Optional[Set[str]]:
         return {j for j in job_ids if j in self.queued} if self.queue_up else None
 
-    def process(self, pid: int) -> studies.Owner:
-        return studies.Owner.ALIVE if pid in self.processes else studies.Owner.GONE
+    def process(self, pid: int, started_by: float) -> Liveness:
+        return Liveness.ALIVE if pid in self.processes else Liveness.GONE
 
 
 class SimWorker:

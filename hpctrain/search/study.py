@@ -48,7 +48,6 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 
@@ -59,7 +58,9 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from hpctrain._compat import optuna as optuna_compat
+from hpctrain.core import liveness
 from hpctrain.core.atomic import read_json, write_json_atomic
+from hpctrain.core.liveness import Liveness
 from hpctrain.core.paths import SweepPaths
 from hpctrain.core.state import Direction, State
 from hpctrain.search import journal
@@ -275,16 +276,8 @@ def budget(settings: Settings) -> int:
 
 
 # ---------------------------------------------------------------- leases
-class Owner(Enum):
-    """What a worker found out about the owner of a running trial."""
-
-    ALIVE = "alive"  # beating, or its job is in the queue, or its process runs
-    GONE = "gone"  # known gone: the queue answered without its job, its process is dead, or it let go
-    UNKNOWN = "unknown"  # a query failed: keeps its trial (never read as gone)
-
-
 QueueAnswer = Callable[[List[str]], Optional[Set[str]]]  # the job ids still in the queue; None: unknown
-ProcessAnswer = Callable[[int], Owner]
+ProcessAnswer = Callable[[int, float], Liveness]  # (pid, a time it ran) -> its state
 
 
 def leases_dir(sweep_dir: "str | Path") -> str:
@@ -388,23 +381,9 @@ def slurm_queue(job_ids: List[str]) -> Optional[Set[str]]:
     return {j for j in job_ids if slurm_parse.in_queue(queue, j)}
 
 
-def process_state(pid: int) -> Owner:
-    """A process of this host: alive, gone (dead or a zombie), or unknown (cannot be asked)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return Owner.GONE
-    except OSError:
-        return Owner.UNKNOWN
-    return Owner.GONE if _is_zombie(pid) else Owner.ALIVE
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+def process_state(pid: int, started_by: float) -> Liveness:
+    """A local worker's process (:func:`hpctrain.core.liveness.process`): it ran when it claimed."""
+    return liveness.process(pid, started_by=started_by)
 
 
 @contextmanager
@@ -443,7 +422,7 @@ class Seen:
     """What :meth:`Leases.look` found out about a running trial's owner, outside the lock."""
 
     gen: int
-    state: Owner
+    state: Liveness
     beating: bool = False  # its heartbeat was fresh: ALIVE by that alone, or GONE although fresh (asked anyway)
 
 
@@ -494,32 +473,32 @@ class Leases:
             in_queue = self.queue(sorted(set(ask.values())))
             for number, job in ask.items():
                 if in_queue is None:
-                    state = Owner.UNKNOWN  # a failed query: unknown, never gone
+                    state = Liveness.UNKNOWN  # a failed query: unknown, never gone
                 elif job in in_queue:
-                    state = Owner.ALIVE
+                    state = Liveness.ALIVE
                 else:
                     self.gone_jobs.add(job)
-                    state = Owner.GONE
+                    state = Liveness.GONE
                 seen[number] = Seen(int(leases[number]["gen"]), state, beating[number])
         return seen
 
-    def _without_queue(self, number: int, lease: Dict[str, Any], confirm: bool = False) -> Optional[Owner]:
+    def _without_queue(self, number: int, lease: Dict[str, Any], confirm: bool = False) -> Optional[Liveness]:
         """The owner's state when the queue need not be asked; None: ask it."""
         if lease.get("released"):
-            return Owner.GONE  # let go at a time limit: resumable at once, no adoption counted
+            return Liveness.GONE  # let go at a time limit: resumable at once, no adoption counted
         job = lease.get("slurm_job_id")
         local = not job and lease.get("host") == socket.gethostname() and lease.get("pid")
-        if local and self.process(int(lease["pid"])) == Owner.GONE:
-            return Owner.GONE  # a dead process beats no more: no need to wait for its heartbeat to age
+        if local and self.process(int(lease["pid"]), float(lease.get("since", 0))) == Liveness.GONE:
+            return Liveness.GONE  # a dead process beats no more: no need to wait for its heartbeat to age
         age = self._age(number, lease)
         if age < self._window() and not (confirm and job):
-            return Owner.ALIVE  # beating: alive, whatever the queue says
+            return Liveness.ALIVE  # beating: alive, whatever the queue says
         if job:
-            return Owner.GONE if str(job) in self.gone_jobs else None
+            return Liveness.GONE if str(job) in self.gone_jobs else None
         if local:
-            return self.process(int(lease["pid"]))
+            return self.process(int(lease["pid"]), float(lease.get("since", 0)))
         # nobody can be asked about this owner: its heartbeat is all there is
-        return Owner.GONE if age > self.settings.grace_s else Owner.UNKNOWN
+        return Liveness.GONE if age > self.settings.grace_s else Liveness.UNKNOWN
 
     # ------------------------------------------------------------ the decision, under the lock
     def next_trial(self, study: optuna.Study) -> "Assignment | Next":
@@ -528,7 +507,7 @@ class Leases:
         seen = self.look(study)
         with trials_lock(self.sweep_dir):
             got = self.decide(study, seen)
-        if got is Next.DONE and any(f.beating and f.state == Owner.ALIVE for f in seen.values()):
+        if got is Next.DONE and any(f.beating and f.state == Liveness.ALIVE for f in seen.values()):
             # before the last free worker leaves, owners thought alive by their heartbeat alone are
             # asked about: one squeue at the end of the study, none per trial
             seen = self.look(study, confirm=True)
@@ -569,12 +548,12 @@ class Leases:
                 continue  # ours, and someone claimed it again first
             else:
                 fact = seen.get(t.number)
-                if fact is None or fact.gen != int(lease["gen"]) or fact.state == Owner.UNKNOWN:
+                if fact is None or fact.gen != int(lease["gen"]) or fact.state == Liveness.UNKNOWN:
                     undecided = True  # not looked at, or changed hands since: look again
                     continue
-                if fact.state == Owner.ALIVE:
+                if fact.state == Liveness.ALIVE:
                     continue
-                dead = fact.state == Owner.GONE and (fact.beating or not lease.get("slurm_job_id")
+                dead = fact.state == Liveness.GONE and (fact.beating or not lease.get("slurm_job_id")
                                                      and lease.get("host") == socket.gethostname())
                 if not dead and self._age(t.number, lease) < self._window():
                     continue  # it beat since we looked (a requeued job, running again)
