@@ -33,7 +33,7 @@ def test_a_zombie_an_ended_process_and_a_job_id_are_gone():
 
 def test_the_launcher_review_and_leases_answer_alike(tmp_path):
     from hpctrain.review import jobs
-    from hpctrain.search import study as studies
+    from hpctrain.search import leases
     from hpctrain.submit.launcher import BaseLauncher
 
     sleeper = subprocess.Popen(["sleep", "30"])  # a pid whose command is no submitit controller
@@ -41,9 +41,9 @@ def test_the_launcher_review_and_leases_answer_alike(tmp_path):
         pid = str(sleeper.pid)
         in_queue = BaseLauncher.in_queue(None, [pid, str(os.getpid())])  # type: ignore[arg-type]
         assert in_queue == set() and not jobs.pid_alive(pid) and jobs.pid_alive(str(os.getpid()), "python")
-        assert studies.process_state(sleeper.pid, time.time()) is Liveness.ALIVE
-        assert studies.process_state(sleeper.pid, time.time() - 3600) is Liveness.GONE  # a reused pid
+        assert leases.process_state(sleeper.pid, time.time()) is Liveness.ALIVE
+        assert leases.process_state(sleeper.pid, time.time() - 3600) is Liveness.GONE  # a reused pid
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert studies.process_state(sleeper.pid, time.time()) is Liveness.GONE
+    assert leases.process_state(sleeper.pid, time.time()) is Liveness.GONE

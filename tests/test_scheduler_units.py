@@ -134,7 +134,8 @@ def test_units_round_trip_through_a_claim_and_none_is_one_unit_to_max_steps():
     assert Unit.from_fields(json.loads(json.dumps(u.fields()))) == u
     assert outcome(u, 90) is State.PAUSED and outcome(u, 30) is State.COMPLETED
     from hpctrain.search.space import parse
-    from hpctrain.search.study import Settings, build_scheduler
+    from hpctrain.search.settings import Settings
+    from hpctrain.search.study import build_scheduler
 
     assert Unit(None, UnitKind.NEW, 0, 40).numbered(0).trial == 0
     # none: no scheduler, each trial one run to max_steps while the budget lasts (Leases.decide)

@@ -9,12 +9,13 @@ from pathlib import Path
 from hpctrain._compat.optuna import live_trial, trial_id
 from hpctrain.search import study as studies
 from hpctrain.search.bridge import TrialBridge
+from hpctrain.search.settings import Settings
 from hpctrain.search.space import parse
 
 
-def _settings() -> studies.Settings:
+def _settings() -> Settings:
     space, _ = parse(["x=interval(0,1)"])
-    return studies.Settings(space=space, n_trials=2, n_workers=1, sampler="random", pruner="median", seed=0)
+    return Settings(space=space, n_trials=2, n_workers=1, sampler="random", pruner="median", seed=0)
 
 
 def _running_trial(sweep: Path) -> TrialBridge:

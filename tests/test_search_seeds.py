@@ -4,16 +4,17 @@ from pathlib import Path
 from typing import List
 
 from hpctrain.search import study as studies
+from hpctrain.search.settings import Settings
 from hpctrain.search.space import parse
 
 
-def _settings() -> studies.Settings:
+def _settings() -> Settings:
     space, problems = parse(["x=interval(0,1)"])
     assert problems == []
-    return studies.Settings(space=space, n_trials=6, n_workers=2, sampler="tpe", seed=0)
+    return Settings(space=space, n_trials=6, n_workers=2, sampler="tpe", seed=0)
 
 
-def _run_worker(sweep: Path, s: studies.Settings, worker: int, n: int) -> List[float]:
+def _run_worker(sweep: Path, s: Settings, worker: int, n: int) -> List[float]:
     """What worker ``worker`` samples for ``n`` new trials, from a freshly opened study (a new process)."""
     study = studies.open_study(sweep, s, worker)
     out = []

@@ -203,7 +203,7 @@ class PBT:
 
     @classmethod
     def from_settings(cls, settings: Any) -> "PBT":
-        """From the study's Settings (hpctrain.search.study.Settings)."""
+        """From the study's Settings (hpctrain.search.settings.Settings)."""
         interval = settings.interval or settings.eval_every
         return cls(settings.space, settings.population, int(interval), int(settings.max_steps),
                    quantile=settings.quantile, resample_p=settings.resample_p, seed=settings.seed)
