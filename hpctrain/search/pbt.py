@@ -20,10 +20,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from hpctrain.search.settings import SearchSweeperConf
 from hpctrain.search.space import CATEGORICAL, Param, Space
 
 PERTURB = (0.8, 1.2)
-QUANTILE, RESAMPLE_P = 0.25, 0.25  # the defaults
+QUANTILE, RESAMPLE_P = SearchSweeperConf.quantile, SearchSweeperConf.resample_p  # the sweeper's defaults
 
 
 @dataclass(frozen=True)
