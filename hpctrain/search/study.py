@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional, Sequence, cast
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
@@ -97,26 +97,30 @@ class UnitSampler(optuna.samplers.BaseSampler):
         self.inner = inner
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> Dict[str, BaseDistribution]:
-        return self.inner.infer_relative_search_space(optuna_compat.PausedAsPruned(study), trial)
+        return self.inner.infer_relative_search_space(_paused_as_pruned(study), trial)
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: Dict[str, BaseDistribution]) -> Dict[str, Any]:
-        return self.inner.sample_relative(optuna_compat.PausedAsPruned(study), trial, search_space)
+        return self.inner.sample_relative(_paused_as_pruned(study), trial, search_space)
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        return self.inner.sample_independent(optuna_compat.PausedAsPruned(study), trial, param_name,
-                                             param_distribution)
+        return self.inner.sample_independent(_paused_as_pruned(study), trial, param_name, param_distribution)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.inner.before_trial(study, trial)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Optional[List[float]]) -> None:
+                    values: Optional[Sequence[float]]) -> None:
         self.inner.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
         self.inner.reseed_rng()
+
+
+def _paused_as_pruned(study: optuna.Study) -> optuna.Study:
+    """The study as a sampler of paused trials reads it (a stand-in with the Study's calls)."""
+    return cast(optuna.Study, optuna_compat.PausedAsPruned(study))
 
 
 def _sampler(settings: Settings, seed: Optional[int]) -> optuna.samplers.BaseSampler:
@@ -149,7 +153,8 @@ def build_pruner(settings: Settings) -> optuna.pruners.BasePruner:
 
 def open_study(sweep_dir: "str | Path", settings: Settings, worker: int = 0) -> optuna.Study:
     """The sweep's study, with worker ``worker``'s sampler (seeded for this attempt and the study's size)."""
-    study = optuna.create_study(storage=storage(sweep_dir), study_name=STUDY_NAME, direction=settings.direction,
+    study = optuna.create_study(storage=storage(sweep_dir), study_name=STUDY_NAME,
+                                direction="maximize" if Direction.parse(settings.direction) is Direction.MAX else "minimize",
                                 sampler=optuna.samplers.RandomSampler(), pruner=build_pruner(settings),
                                 load_if_exists=True)
     restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0)  # this worker's attempt (a requeue: the next)
@@ -221,7 +226,7 @@ def build_scheduler(settings: Settings) -> Optional[Scheduler]:
     if name == "pbt":
         from hpctrain.search import pbt  # the population's scheduler (its own module)
 
-        return pbt.scheduler(settings)  # type: ignore[attr-defined]
+        return pbt.scheduler(settings)
     raise ValueError(f"hydra.sweeper.scheduler={name!r}: expected one of none, asha, hyperband, pbt")
 
 

@@ -61,7 +61,8 @@ class SearchSweeper(Sweeper):
             raise LaunchError("nothing submitted: hydra/sweeper=search needs one of hpctrain's launchers "
                               "(hydra/launcher=local or hydra/launcher=slurm)")
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-        space, problems = parse(arguments, OmegaConf.to_container(self.conf.params) if self.conf.params else None)
+        conf = self._typed_conf()  # read once: the worker's settings are built from it below
+        space, problems = parse(arguments, conf.params)
         problems = self._check_settings() + problems
         if not problems:
             problems += check(space, str(self.conf.sampler))
@@ -77,7 +78,7 @@ class SearchSweeper(Sweeper):
                                            getattr(self.task_function, "__module__", None) or "the app")
             if self.conf.scheduler == "pbt" and not problems:
                 problems += _pbt_problems(space, getattr(self.task_function, "mutable_keys", None))
-        settings = Settings.from_conf(self._typed_conf(), space, metric=metric, direction=direction,
+        settings = Settings.from_conf(conf, space, metric=metric, direction=direction,
                                       n_workers=self._n_workers(launcher),
                                       max_retries=int(launcher.params.max_retries), max_steps=max_steps,
                                       eval_every=eval_every)
@@ -214,7 +215,7 @@ class SearchSweeper(Sweeper):
     def _check_app(self, space: Space, sweep_dir: Path) -> "tuple[Optional[Run], List[str]]":
         """The keys exist in the app's config and one trial's config passes the launcher's checks."""
         assert self.hydra_context is not None and self.config is not None
-        first = {p.name: (p.choices[0] if p.choices else (int(p.low) if p.kind == "int" else p.low))
+        first = {p.name: (p.choices[0] if p.choices else (int(p.low or 0) if p.kind == "int" else p.low))
                  for p in space.params}
         runs, errors = plan_runs(self.hydra_context, self.config, [space.overrides(first)], 0)  # one composition
         launcher = implementation_of(self.launcher)

@@ -34,8 +34,9 @@ def _typed(schema: str, params: Dict[str, Any], group: str) -> Dict[str, Any]:
         message = str(getattr(exc, "msg", None) or exc).splitlines()[0]
         raise SettingsError(f"nothing submitted: {group}.{key}: {message}") from None
     typed = OmegaConf.to_container(merged, resolve=False)
+    assert isinstance(typed, dict)  # a structured config's container
     typed.pop("_target_", None)
-    return typed
+    return {str(k): v for k, v in typed.items()}
 
 
 class _Shell:
