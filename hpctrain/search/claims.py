@@ -137,13 +137,21 @@ def read_leases(sweep_dir: "str | Path", claims: Optional[Claims] = None) -> Dic
         path = claim_path(sweep_dir, number, gen)
         lease = claims.get(path) if claims is not None else None
         if lease is None:
-            data = read_json(path)
-            lease = Lease.from_json(number, gen, data) if isinstance(data, dict) else None
+            lease = _read_claim(path, number, gen)
             if lease is not None and claims is not None:
                 claims[path] = lease
         if lease is not None:
             out[number] = lease
     return out
+
+
+def _read_claim(path: str, number: int, gen: int) -> Optional[Lease]:
+    """A claim file's lease; None while it cannot be read whole (seen before its content, on another host)."""
+    data = read_json(path)
+    try:
+        return Lease.from_json(number, gen, data) if isinstance(data, dict) else None
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 def read_lease(sweep_dir: "str | Path", number: int, claims: Optional[Claims] = None) -> Optional[Lease]:
