@@ -62,7 +62,7 @@ class Settings:
     quantile: float = _CONF.quantile
     resample_p: float = _CONF.resample_p
     # from the app and the launcher, read on the login node (from_conf)
-    metric: Optional[str] = "val/loss"  # None: the task function's return value itself
+    metric: Optional[str] = None  # the objective's metric, from the app's config; None: the task function's return value
     direction: str = Direction.MIN.optuna  # Optuna's spelling
     max_adoptions: int = 2  # a trial whose worker died this many times ends failed (the launcher's max_retries + 1)
     max_steps: Optional[int] = None  # the app's max_steps (the last rung), with a scheduler
