@@ -126,7 +126,7 @@ def test_the_median_pruner_leaves_small_studies_and_first_evals_alone():
     assert not problems
     study = optuna.create_study(pruner=build_pruner(Settings(space=space, n_trials=6, n_workers=1,
                                                              first_eval_step=10)))
-    for i in range(4):  # four good trials finished
+    for _ in range(4):  # four good trials finished
         t = study.ask()
         t.report(1.0, 10), t.report(1.0, 20)
         study.tell(t, 1.0)
