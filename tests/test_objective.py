@@ -119,12 +119,13 @@ def test_the_median_pruner_leaves_small_studies_and_first_evals_alone():
     import optuna
 
     from hpctrain.search.space import parse
-    from hpctrain.search.study import Settings, build_pruner
+    from hpctrain.search.settings import Settings
+    from hpctrain.search.study import build_pruner
 
     space, problems = parse(["lr=interval(0.001,0.1)"], None)
     assert not problems
     study = optuna.create_study(pruner=build_pruner(Settings(space=space, n_trials=6, n_workers=1,
-                                                             extra={"first_eval_step": 10})))
+                                                             first_eval_step=10)))
     for _ in range(4):  # four good trials finished
         t = study.ask()
         t.report(1.0, 10), t.report(1.0, 20)

@@ -79,10 +79,11 @@ def test_a_colon_in_the_sweep_dir_or_the_launch_dir_is_refused_on_the_login_node
 def test_the_plain_nodes_hydra_scans_are_the_typed_settings_defaults():
     from dataclasses import asdict
 
+    from hpctrain.search.settings import SearchSweeperConf
     from hpctrain.submit import settings
     from hydra_plugins.hpctrain_launcher import config
 
     assert config.SWEEPER == asdict(settings.SweeperConf())
-    assert config.SEARCH_SWEEPER == asdict(settings.SearchSweeperConf())
+    assert config.SEARCH_SWEEPER == asdict(SearchSweeperConf())
     assert config.LOCAL_LAUNCHER == asdict(settings.LocalLauncherConf())
     assert config.SLURM_LAUNCHER == asdict(settings.SlurmLauncherConf())

@@ -8,8 +8,10 @@ from typing import Dict, List
 from hypothesis import given, settings, strategies as st
 
 from hpctrain.core.state import Direction, State
+from hpctrain.search import claims, leases
 from hpctrain.search import study as studies
 from hpctrain.search.asha import Asha, hyperband, rungs
+from hpctrain.search.settings import Settings
 from hpctrain.search.space import parse
 from hpctrain.search.units import Next, StudyView, TrialView, Unit, UnitKind
 
@@ -112,38 +114,38 @@ def test_a_paused_trial_outside_the_top_waits_and_a_running_unit_keeps_workers_i
 
 
 # ---------------------------------------------------------------- the claims, on real lease files
-def make_settings(n_trials: int) -> studies.Settings:
+def make_settings(n_trials: int) -> Settings:
     space, problems = parse(["lr=interval(0.1,1)"])
     assert problems == []
-    return studies.Settings(space=space, n_trials=n_trials, n_workers=3, sampler="random", pruner="none", seed=0,
+    return Settings(space=space, n_trials=n_trials, n_workers=3, sampler="random", pruner="none", seed=0,
                             scheduler="asha", max_steps=90, eval_every=10, min_steps=10, eta=3)
 
 
 def test_two_workers_promoting_one_paused_trial_one_wins_and_it_runs_once(tmp_path):
     s = make_settings(3)
     now = [time.time()]
-    workers = [studies.Leases(tmp_path, s, f"10{i}_0", {"slurm_job_id": f"10{i}_0"}, clock=lambda: now[0],
+    workers = [leases.Leases(tmp_path, s, f"10{i}_0", {"slurm_job_id": f"10{i}_0"}, clock=lambda: now[0],
                               queue=lambda ids: set(ids)) for i in range(2)]
     study = studies.open_study(tmp_path, s)
     for n in range(3):  # three new trials, each run to the first rung and paused
         a = workers[0].next_trial(study)
-        assert isinstance(a, studies.Assignment) and a.unit == Unit(n, UnitKind.NEW, 0, 10)
+        assert isinstance(a, leases.Assignment) and a.unit == Unit(n, UnitKind.NEW, 0, 10)
         from hpctrain._compat.optuna import live_trial
 
         live_trial(study, a.trial_id).report(float(n), 10)
         assert workers[0].pause(a)
     assert workers[1].next_trial(study) is not None
     # the second worker got the promotion of trial 0 (best of three); the first, asking now, gets nothing to run
-    lease = studies.read_lease(tmp_path, 0)
-    assert lease["owner"] == "101_0" and lease["unit"]["kind"] == "promote" and not lease.get("paused")
+    lease = claims.read_lease(tmp_path, 0)
+    assert lease.owner == "101_0" and lease.unit.kind.value == "promote" and lease.mark is not claims.Mark.PAUSED
     assert workers[0].next_trial(study) is Next.IDLE  # trial 0 runs: its result may bring more
     # a stale claimant of the same generation loses (the fence, lock or no lock)
-    assert studies.claim(tmp_path, 0, int(lease["gen"]), "100_0", now[0]) is None
+    assert claims.claim(tmp_path, 0, lease.gen, "100_0", now[0]) is None
 
 
 def test_the_study_ends_every_paused_trial_that_nothing_will_promote_as_pruned(tmp_path):
     s = make_settings(2)
-    w = studies.Leases(tmp_path, s, "100_0", {"slurm_job_id": "100_0"}, queue=lambda ids: set(ids))
+    w = leases.Leases(tmp_path, s, "100_0", {"slurm_job_id": "100_0"}, queue=lambda ids: set(ids))
     study = studies.open_study(tmp_path, s)
     from hpctrain._compat.optuna import live_trial
 
@@ -155,24 +157,24 @@ def test_the_study_ends_every_paused_trial_that_nothing_will_promote_as_pruned(t
     assert sorted(n for n, _, _ in w.ended) == [0, 1] and {step for _, step, _ in w.ended} == {10}
     states = [t.state.name for t in studies.open_study(tmp_path, s).get_trials()]
     assert states == ["PRUNED", "PRUNED"]
-    other = studies.Leases(tmp_path, s, "101_0", {"slurm_job_id": "101_0"}, queue=lambda ids: set(ids))
+    other = leases.Leases(tmp_path, s, "101_0", {"slurm_job_id": "101_0"}, queue=lambda ids: set(ids))
     assert other.next_trial(study) is Next.DONE and other.ended == []  # ended once
 
 
 def test_an_ending_cut_short_between_its_claim_and_the_tell_is_finished_by_the_next_worker(tmp_path):
     s = make_settings(1)
-    w = studies.Leases(tmp_path, s, "100_0", {"slurm_job_id": "100_0"}, queue=lambda ids: set(ids))
+    w = leases.Leases(tmp_path, s, "100_0", {"slurm_job_id": "100_0"}, queue=lambda ids: set(ids))
     study = studies.open_study(tmp_path, s)
     from hpctrain._compat.optuna import live_trial
 
     a = w.next_trial(study)
     live_trial(study, a.trial_id).report(1.0, 10)
     assert w.pause(a)
-    lease = studies.read_lease(tmp_path, 0)
+    lease = claims.read_lease(tmp_path, 0)
     # the ender claimed the ending, wrote nothing more and died
-    studies.claim(tmp_path, 0, int(lease["gen"]) + 1, "100_0", time.time(), unit=lease["unit"], step=10, ended=True)
+    claims.claim(tmp_path, 0, lease.gen + 1, "100_0", time.time(), unit=lease.unit, step=10, mark=claims.Mark.ENDED)
     assert study.get_trials()[0].state.name == "RUNNING"
-    other = studies.Leases(tmp_path, s, "101_0", {"slurm_job_id": "101_0"}, queue=lambda ids: set(ids))
+    other = leases.Leases(tmp_path, s, "101_0", {"slurm_job_id": "101_0"}, queue=lambda ids: set(ids))
     assert other.next_trial(study) is Next.DONE
     assert other.ended == [(0, 10, dict(study.get_trials()[0].params))]  # its record written by this worker
     assert studies.open_study(tmp_path, s).get_trials()[0].state.name == "PRUNED"
@@ -188,7 +190,7 @@ def test_studies_of_neighbouring_seeds_share_no_workers_sampler_stream():
     def first_values(seed: int) -> List[float]:
         out = []
         for w in range(4):
-            s = studies.Settings(space, n_trials=4, n_workers=4, sampler="random", seed=seed)
+            s = Settings(space, n_trials=4, n_workers=4, sampler="random", seed=seed)
             study = optuna.create_study(sampler=studies.build_sampler(s, w))
             out.append(study.ask().suggest_float("lr", 1e-4, 1, log=True))
         return out
@@ -206,10 +208,10 @@ def test_tpe_learns_from_trials_paused_at_a_rung():
     import optuna
 
     space, _ = parse(["x=interval(0,1)"])
-    s = studies.Settings(space, n_trials=40, n_workers=4, sampler="tpe", seed=3, scheduler="asha", max_steps=90)
-    plain = studies.Settings(space, n_trials=40, n_workers=4, sampler="tpe", seed=3)
+    s = Settings(space, n_trials=40, n_workers=4, sampler="tpe", seed=3, scheduler="asha", max_steps=90)
+    plain = Settings(space, n_trials=40, n_workers=4, sampler="tpe", seed=3)
 
-    def spread(settings: studies.Settings) -> float:
+    def spread(settings: Settings) -> float:
         study = optuna.create_study(sampler=studies.build_sampler(settings, 0))
         for i in range(12):
             t = study.ask()

@@ -9,7 +9,7 @@ from trainer_helpers import compose
 
 from hpctrain.core import events
 from hpctrain.core.state import State
-from hpctrain.search.units import NoScheduler, Next, StudyView, Unit, UnitKind, outcome
+from hpctrain.search.units import Unit, UnitKind, outcome
 from hpctrain.train.distributed import DistInfo
 from hpctrain.train.trainer import Trainer
 
@@ -133,10 +133,13 @@ def test_units_round_trip_through_a_claim_and_none_is_one_unit_to_max_steps():
     u = Unit(3, UnitKind.PROMOTE, 10, 30, {"lr": 0.1}, None, 1, 0)
     assert Unit.from_fields(json.loads(json.dumps(u.fields()))) == u
     assert outcome(u, 90) is State.PAUSED and outcome(u, 30) is State.COMPLETED
-    none = NoScheduler(40)
-    got = none.next_unit(StudyView([], n_trials=2, max_steps=40))
-    assert got == Unit(None, UnitKind.NEW, 0, 40) and got.numbered(0).trial == 0
-    assert none.next_unit(StudyView([object(), object()], n_trials=2, max_steps=40)) is Next.DONE
+    from hpctrain.search.space import parse
+    from hpctrain.search.settings import Settings
+    from hpctrain.search.study import build_scheduler
+
+    assert Unit(None, UnitKind.NEW, 0, 40).numbered(0).trial == 0
+    # none: no scheduler, each trial one run to max_steps while the budget lasts (Leases.decide)
+    assert build_scheduler(Settings(space=parse(["lr=interval(0.1,1)"])[0], n_trials=2, n_workers=1)) is None
 
 
 def test_a_unit_with_copy_from_copies_the_donors_checkpoints_and_leaves_the_donors_in_place(tmp_path):

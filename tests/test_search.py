@@ -308,16 +308,18 @@ def test_local_study_with_two_ranks_per_worker_runs_trial_after_trial(tmp_path):
 def _stale_trials(sweep: Path, jobs: List[str]) -> None:
     """A study whose first trials are running under Slurm jobs that left the queue long ago (their
     heartbeats 1000 s old), as a rerun finds it."""
+    from hpctrain.search import claims
     from hpctrain.search import study as studies
+    from hpctrain.search.settings import Settings
     from hpctrain.search.space import parse
 
     space, _ = parse(["lr=tag(log,interval(1e-4,1e-1))"])
-    settings = studies.Settings(space=space, n_trials=4, n_workers=2, sampler="tpe", seed=0)
+    settings = Settings(space=space, n_trials=4, n_workers=2, sampler="tpe", seed=0)
     study = studies.open_study(sweep, settings)
     for job in jobs:
         trial = study.ask()
         trial.suggest_float("lr", 1e-4, 1e-1, log=True)
-        studies.claim(sweep, trial.number, 1, f"{job}_0", time.time() - 1000, slurm_job_id=f"{job}_0",
+        claims.claim(sweep, trial.number, 1, f"{job}_0", time.time() - 1000, slurm_job_id=f"{job}_0",
                       adoptions=0, worker=0)
 
 

@@ -5,7 +5,8 @@ import os
 import threading
 
 from hpctrain._compat.optuna import lock_file
-from hpctrain.search import study as studies
+from hpctrain.core.paths import SweepPaths
+from hpctrain.search import claims
 from hpctrain.search.journal import PromptOpenLock, RepairingOpenLock
 
 
@@ -45,7 +46,7 @@ def test_the_journal_lock_and_the_trials_lock_are_prompt_locks(tmp_path, monkeyp
     taken = []
     acquire = PromptOpenLock.acquire
     monkeypatch.setattr(PromptOpenLock, "acquire", lambda self: taken.append(lock_file(self)) or acquire(self))
-    os.makedirs(studies.SweepPaths(tmp_path).hpctrain)
-    with studies.trials_lock(tmp_path):
-        assert taken == [str(studies.SweepPaths(tmp_path).trials) + ".lock"] and os.path.exists(taken[0])
+    os.makedirs(SweepPaths(tmp_path).hpctrain)
+    with claims.trials_lock(tmp_path):
+        assert taken == [str(SweepPaths(tmp_path).trials) + ".lock"] and os.path.exists(taken[0])
     assert not os.path.exists(taken[0])

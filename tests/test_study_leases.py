@@ -13,15 +13,18 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from optuna.trial import TrialState
 
-from hpctrain.search import journal
+from hpctrain.core.liveness import Liveness
+from hpctrain.search import claims, journal, leases
 from hpctrain.search import study as studies
+from hpctrain.search.settings import Settings
 from hpctrain.search.space import parse
+from hpctrain.search.units import Next
 
 
-def make_settings(n_trials: int = 3, **kw) -> studies.Settings:
+def make_settings(n_trials: int = 3, **kw) -> Settings:
     space, problems = parse(["lr=interval(0.1,1)"])
     assert problems == []
-    return studies.Settings(space=space, n_trials=n_trials, n_workers=3, sampler="random", seed=0,
+    return Settings(space=space, n_trials=n_trials, n_workers=3, sampler="random", seed=0,
                             grace_s=60, heartbeat_s=10.0, max_adoptions=2, **kw)
 
 
@@ -40,19 +43,19 @@ class World:
     def queue(self, job_ids: List[str]) -> Optional[Set[str]]:
         return {j for j in job_ids if j in self.queued} if self.queue_up else None
 
-    def process(self, pid: int) -> studies.Owner:
-        return studies.Owner.ALIVE if pid in self.processes else studies.Owner.GONE
+    def process(self, pid: int, started_by: float) -> Liveness:
+        return Liveness.ALIVE if pid in self.processes else Liveness.GONE
 
 
 class SimWorker:
-    def __init__(self, world: World, sweep: Path, s: studies.Settings, name: str, slurm: bool, pid: int) -> None:
+    def __init__(self, world: World, sweep: Path, s: Settings, name: str, slurm: bool, pid: int) -> None:
         self.name, self.slurm, self.pid = name, slurm, pid
         self.alive = True
-        self.held: Optional[studies.Assignment] = None
-        self.seen: Optional[Dict[int, studies.Seen]] = None
+        self.held: Optional[leases.Assignment] = None
+        self.seen: Optional[Dict[int, leases.Seen]] = None
         self.study = studies.open_study(sweep, s)
         fields = {"slurm_job_id": name if slurm else None, "pid": pid}
-        self.leases = studies.Leases(sweep, s, name, fields, clock=world.clock, queue=world.queue,
+        self.leases = leases.Leases(sweep, s, name, fields, clock=world.clock, queue=world.queue,
                                      process=world.process)
         (world.queued if slurm else world.processes).add(name if slurm else pid)
 
@@ -90,10 +93,10 @@ class LeaseMachine(RuleBasedStateMachine):
         w.seen = w.leases.look(w.study)
 
     def _decide(self, w: SimWorker) -> None:
-        with studies.trials_lock(self.dir):
+        with claims.trials_lock(self.dir):
             got = w.leases.decide(w.study, w.seen)
         w.seen = None
-        if isinstance(got, studies.Assignment):
+        if isinstance(got, leases.Assignment):
             w.leases._fill_params(w.study, got)
             w.held = got
 
@@ -157,7 +160,7 @@ class LeaseMachine(RuleBasedStateMachine):
         if live:
             w = data.draw(st.sampled_from(live))
             w.held, w.seen = None, None
-            w.leases = studies.Leases(self.dir, self.settings, w.name, dict(w.leases.fields), clock=self.world.clock,
+            w.leases = leases.Leases(self.dir, self.settings, w.name, dict(w.leases.fields), clock=self.world.clock,
                                       queue=self.world.queue, process=self.world.process)
 
     @rule(data=st.data())
@@ -186,7 +189,7 @@ class LeaseMachine(RuleBasedStateMachine):
     def every_live_holder_still_holds_its_lease(self) -> None:
         for w in self._live():
             if w.held is not None:
-                assert w.leases.holds(w.held), (w.name, w.held, studies.read_lease(self.dir, w.held.number))
+                assert w.leases.holds(w.held), (w.name, w.held, claims.read_lease(self.dir, w.held.number))
 
     @invariant()
     def never_past_n_trials(self) -> None:
@@ -215,9 +218,9 @@ class LeaseMachine(RuleBasedStateMachine):
         last = self._new_worker(True)
         for _ in range(20):
             got = last.leases.next_trial(last.study)
-            if got is studies.Next.DONE:
+            if got is Next.DONE:
                 break
-            assert isinstance(got, studies.Assignment), got
+            assert isinstance(got, leases.Assignment), got
             assert last.leases.commit(last.study, got, TrialState.COMPLETE, 0.5)
         found = last.study.get_trials(deepcopy=False)
         assert len(found) == studies.budget(self.settings)
@@ -236,7 +239,7 @@ def world() -> World:
     return World()
 
 
-def _worker(world: World, sweep: Path, s: studies.Settings, name: str, slurm: bool = True) -> SimWorker:
+def _worker(world: World, sweep: Path, s: Settings, name: str, slurm: bool = True) -> SimWorker:
     return SimWorker(world, sweep, s, name, slurm, hash(name) % 100_000 + 2)
 
 
@@ -244,16 +247,16 @@ def test_a_failed_queue_answer_keeps_the_trial_and_counts_no_adoption(tmp_path, 
     s = make_settings(n_trials=1)
     a, b = _worker(world, tmp_path, s, "7_0"), _worker(world, tmp_path, s, "7_1")
     held = a.leases.next_trial(a.study)
-    assert isinstance(held, studies.Assignment) and held.how == "new"
+    assert isinstance(held, leases.Assignment) and held.how == "new"
     world.queued.discard("7_0")  # a's job is gone, but the queue cannot say so
     world.queue_up = False
     world.now += 10 * s.grace_s  # its heartbeat long stale
     for _ in range(3):
-        assert b.leases.next_trial(b.study) is studies.Next.WAIT  # unknown: look again later, never adopt
-    assert studies.read_lease(tmp_path, held.number)["owner"] == "7_0"
+        assert b.leases.next_trial(b.study) is Next.WAIT  # unknown: look again later, never adopt
+    assert claims.read_lease(tmp_path, held.number).owner == "7_0"
     world.queue_up = True
     got = b.leases.next_trial(b.study)
-    assert isinstance(got, studies.Assignment) and got.how == "adopted" and got.adoptions == 1
+    assert isinstance(got, leases.Assignment) and got.how == "adopted" and got.adoptions == 1
     assert not a.leases.holds(held) and not a.leases.commit(a.study, held, TrialState.COMPLETE, 1.0)
     assert b.leases.commit(b.study, got, TrialState.COMPLETE, 2.0)
     assert [t.value for t in b.study.get_trials()] == [2.0]
@@ -264,10 +267,10 @@ def test_a_requeued_worker_in_the_queue_keeps_its_stalled_trial(tmp_path, world)
     a, b = _worker(world, tmp_path, s, "8_0"), _worker(world, tmp_path, s, "8_1")
     held = a.leases.next_trial(a.study)
     world.now += 10 * s.grace_s  # no beat (requeued, pending), its job still queued
-    assert b.leases.next_trial(b.study) is studies.Next.DONE
-    again = studies.Leases(tmp_path, s, "8_0", a.leases.fields, clock=world.clock, queue=world.queue,
+    assert b.leases.next_trial(b.study) is Next.DONE
+    again = leases.Leases(tmp_path, s, "8_0", a.leases.fields, clock=world.clock, queue=world.queue,
                            process=world.process).next_trial(a.study)
-    assert isinstance(again, studies.Assignment) and (again.how, again.number) == ("resumed", held.number)
+    assert isinstance(again, leases.Assignment) and (again.how, again.number) == ("resumed", held.number)
     assert again.gen == held.gen + 1 and not a.leases.holds(held)  # the old incarnation is fenced off
 
 
@@ -279,10 +282,10 @@ def test_the_last_free_worker_asks_about_a_fresh_heartbeat_before_it_leaves(tmp_
     a, b, c = (_worker(world, tmp_path, s, f"12_{i}") for i in range(3))
     held = a.leases.next_trial(a.study)
     a.leases.beat(held)
-    assert b.leases.next_trial(b.study) is studies.Next.DONE  # a beats and is queued: it finishes its trial
+    assert b.leases.next_trial(b.study) is Next.DONE  # a beats and is queued: it finishes its trial
     world.queued.discard("12_0")  # SIGKILLed a second ago: its heartbeat is still fresh
     got = c.leases.next_trial(c.study)
-    assert isinstance(got, studies.Assignment) and (got.how, got.number) == ("adopted", held.number)
+    assert isinstance(got, leases.Assignment) and (got.how, got.number) == ("adopted", held.number)
     assert not a.leases.holds(held)
 
 
@@ -294,7 +297,7 @@ def test_a_released_trial_is_resumed_at_once_and_not_failed(tmp_path, world):
     (t,) = a.study.get_trials()
     assert t.state == TrialState.RUNNING  # resumable, not FAIL
     got = b.leases.next_trial(b.study)  # its heartbeat is fresh: the release alone lets it go
-    assert isinstance(got, studies.Assignment) and got.how == "adopted" and got.adoptions == 0
+    assert isinstance(got, leases.Assignment) and got.how == "adopted" and got.adoptions == 0
     assert got.params == held.params
 
 
@@ -304,16 +307,16 @@ def test_a_dead_local_process_loses_its_trial_a_live_one_keeps_it(tmp_path, worl
     b = _worker(world, tmp_path, s, "local-b", slurm=False)
     held = a.leases.next_trial(a.study)
     world.now += 10 * s.grace_s
-    assert b.leases.next_trial(b.study) is studies.Next.DONE  # alive, however stale its heartbeat
+    assert b.leases.next_trial(b.study) is Next.DONE  # alive, however stale its heartbeat
     world.processes.discard(a.pid)
     got = b.leases.next_trial(b.study)
-    assert isinstance(got, studies.Assignment) and got.number == held.number and got.adoptions == 1
+    assert isinstance(got, leases.Assignment) and got.number == held.number and got.adoptions == 1
 
 
 def test_two_claims_of_one_generation_one_wins(tmp_path):
-    won = [studies.claim(tmp_path, 0, 1, owner, time.time()) for owner in ("a", "b")]
+    won = [claims.claim(tmp_path, 0, 1, owner, time.time()) for owner in ("a", "b")]
     assert won[0] is not None and won[1] is None
-    assert studies.read_lease(tmp_path, 0)["owner"] == "a"
+    assert claims.read_lease(tmp_path, 0).owner == "a"
 
 
 def test_too_many_deaths_fail_the_trial(tmp_path, world):
@@ -326,7 +329,7 @@ def test_too_many_deaths_fail_the_trial(tmp_path, world):
         world.now += 1000
         w = _worker(world, tmp_path, s, name)
         got = w.leases.next_trial(w.study)
-    assert got is studies.Next.DONE
+    assert got is Next.DONE
     (t,) = w.study.get_trials()
     assert t.state == TrialState.FAIL
 
@@ -405,12 +408,12 @@ def test_leases_read_through_a_workers_claims_cache_are_the_newest_generation(tm
     a, b = _worker(world, tmp_path, s, "5_0"), _worker(world, tmp_path, s, "5_1")
     held = a.leases.next_trial(a.study)
     assert a.leases.holds(held) and a.leases.claims  # read once: kept
-    assert studies.claim(tmp_path, held.number, held.gen + 1, "5_1", world.now, released=True) is not None
+    assert claims.claim(tmp_path, held.number, held.gen + 1, "5_1", world.now, mark=claims.Mark.RELEASED) is not None
     assert not a.leases.holds(held)  # the cached generation is not the newest any more
-    assert studies.read_leases(tmp_path, a.leases.claims) == studies.read_leases(tmp_path)
-    torn = Path(studies.claim_path(tmp_path, held.number, held.gen + 2))
+    assert claims.read_leases(tmp_path, a.leases.claims) == claims.read_leases(tmp_path)
+    torn = Path(claims.claim_path(tmp_path, held.number, held.gen + 2))
     torn.write_text("")  # as a claim seen before its content (a reader on another host)
-    assert (studies.read_leases(tmp_path, b.leases.claims).get(held.number) or {}).get("gen") != held.gen + 2
+    assert getattr(claims.read_leases(tmp_path, b.leases.claims).get(held.number), "gen", None) != held.gen + 2
     torn.write_text('{"owner": "5_0", "number": 0}')
-    got = studies.read_leases(tmp_path, b.leases.claims)[held.number]
-    assert got["gen"] == held.gen + 2 and got["owner"] == "5_0"
+    got = claims.read_leases(tmp_path, b.leases.claims)[held.number]
+    assert got.gen == held.gen + 2 and got.owner == "5_0"

@@ -18,6 +18,8 @@ from typing import Dict, List, Optional
 
 from hpctrain._compat.submitit import log_path, result_outcome  # noqa: F401 - submitit's folder layout
 from hpctrain.core import safefs
+from hpctrain.core import liveness
+from hpctrain.core.liveness import Liveness
 from hpctrain.core.paths import METRICS, SweepPaths
 from hpctrain.core.state import State
 
@@ -82,22 +84,9 @@ def log_marker(folder: Path, job_id: str) -> Optional[State]:
 
 
 def pid_alive(pid: str, needle: str = "submitit") -> bool:
-    """A live (not zombie) process whose command line mentions ``needle`` (guards against reused pids)."""
-    if not str(pid).isdigit():
-        return False
-    proc = Path("/proc") / str(pid)
-    if not Path("/proc/self").exists():  # no procfs (macOS): signal 0 is all there is
-        try:
-            os.kill(int(pid), 0)
-            return True
-        except OSError:
-            return False
-    try:
-        stat = (proc / "stat").read_text()
-        cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X") and needle in cmdline
+    """Not known gone (:func:`hpctrain.core.liveness.process`): a live process whose command line names
+    ``needle`` (a reused pid does not), or one that cannot be asked about (unknown, never gone)."""
+    return liveness.process(pid, needle=needle) is not Liveness.GONE
 
 
 def parent_pid(pid: str) -> Optional[int]:

@@ -88,7 +88,7 @@ class Asha:
             return []
         return [t.number for t in view.trials if t.state is State.PAUSED]
 
-    def table(self, view: StudyView) -> List[Dict[str, object]]:
+    def table(self, view: StudyView) -> List[Dict[str, Optional[float]]]:
         """Per bracket and rung: its step, the trials that reached it, how many left it, the best value."""
         rows = []
         sign = view.direction.sign

@@ -7,6 +7,7 @@ it with :func:`current` (``None`` outside a search) and hands it to the Trainer 
 broadcasts its answer so every rank stops at the same step. No torch, no optuna import here.
 """
 
+import os
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Optional
 
@@ -30,8 +31,14 @@ class TrialBridge:
         rank 0's answer from the trainer's broadcast)."""
         if self.trial is None or value is None:
             return False  # NaN is reported: Optuna's median/percentile pruners stop a trial that diverged
-        self.report(value, step)
-        prune = bool(self.trial.should_prune())
+        try:
+            self.report(value, step)
+            prune = bool(self._storage("asking the pruner", lambda t: t.should_prune()))
+        except (OSError, ValueError, RuntimeError) as exc:  # the storage's, after its retries
+            # safe to go on: an eval's report only feeds the pruner; the worker tells the final objective
+            print(f"hpctrain search: trial {self.number}: step {step}: the study could not be reached "
+                  f"({type(exc).__name__}: {exc}); this eval is not reported, the run goes on", flush=True)
+            return False
         if prune:
             self.pruned_at = step
         return prune
@@ -40,8 +47,16 @@ class TrialBridge:
         """Rank 0: the objective at ``step`` into the study (once per step: Optuna keeps the first)."""
         if self.trial is None or step in self.reported:
             return
-        self.trial.report(float(value), step)
+        self._storage("reporting", lambda t: t.report(float(value), step))
         self.reported[step] = float(value)
+
+    def _storage(self, what: str, call: Any) -> Any:
+        """``call(trial)``, retried on a fresh study after a storage error (the sweep dir: the run dir's parent)."""
+        from hpctrain.search.study import retrying_trial  # rank 0 only, where optuna is loaded already
+
+        sweep = os.path.dirname(os.path.abspath(self.run_dir)) if self.run_dir else None
+        self.trial, got = retrying_trial(self.trial, sweep, what, call)
+        return got
 
     # ------------------------------------------------------------------ TrainerHook
     def end_step(self) -> Optional[int]:

@@ -78,7 +78,7 @@ class Composer:
         if any(o.key_or_group.startswith("hydra") for o in parsed):
             return self.full(overrides)
         group = [self.is_group(o.key_or_group.split("@")[0]) for o in parsed]
-        key = tuple(o.input_line for o, g in zip(parsed, group) if g)
+        key = tuple(str(o.input_line) for o, g in zip(parsed, group) if g)
         base = self.bases.get(key)
         if base is None:
             base = self.bases[key] = self.full(list(key))
@@ -87,7 +87,8 @@ class Composer:
             self.callbacks[key] = bool(OmegaConf.select(base, "hydra.callbacks"))
         values = [o for o, g in zip(parsed, group) if not g]
         keys = None if self.callbacks[key] else reusable(values)
-        applied, cfg = self.working.pop(key, (None, None))
+        working = self.working.pop(key, None)
+        applied, cfg = working if working is not None else (None, None)
         if cfg is None or keys is None or applied is None or tuple(k for k, _ in applied) != keys:
             cfg = copy.deepcopy(base)
             apply_overrides(values, cfg)  # raises as the full compose does
@@ -103,7 +104,7 @@ class Composer:
                 overrides=parsed, kv_sep=names.kv_sep, item_sep=names.item_sep, exclude_keys=names.exclude_keys)
         OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
         if keys is not None:  # kept only after a whole application (a failed one raised above: dropped)
-            self.working[key] = (tuple(zip(keys, (o.input_line for o in values))), cfg)
+            self.working[key] = (tuple(zip(keys, (str(o.input_line) for o in values))), cfg)
         return cfg
 
     @staticmethod
@@ -118,4 +119,6 @@ class Composer:
 def _raw(node: DictConfig, name: str) -> Any:
     """``node``'s field ``name`` (dotted) as written: an interpolation unresolved, MISSING as ``???``."""
     parent, _, leaf = name.rpartition(".")
-    return OmegaConf.to_container(OmegaConf.select(node, parent) if parent else node, resolve=False)[leaf]
+    container = OmegaConf.to_container(OmegaConf.select(node, parent) if parent else node, resolve=False)
+    assert isinstance(container, dict)
+    return container[leaf]

@@ -20,10 +20,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from hpctrain.search.settings import SearchSweeperConf
 from hpctrain.search.space import CATEGORICAL, Param, Space
 
 PERTURB = (0.8, 1.2)
-QUANTILE, RESAMPLE_P = 0.25, 0.25  # the issue's defaults
+QUANTILE, RESAMPLE_P = SearchSweeperConf.quantile, SearchSweeperConf.resample_p  # the sweeper's defaults
 
 
 @dataclass(frozen=True)
@@ -147,11 +148,6 @@ def ready(population: Sequence[Member], size: int, max_steps: int) -> Optional[M
     return None
 
 
-def needed_from(population: Sequence[Member]) -> int:
-    """Kept boundary checkpoints at steps below this are needed by no unit (every member is past them)."""
-    return min((m.step for m in population), default=0)
-
-
 # ---------------------------------------------------------------- lineage and replay
 def lineage_entry(step: int, parent: Optional[int], params: Mapping[str, Any]) -> Dict[str, Any]:
     """One entry of metrics.json's ``lineage``: from ``step`` on, ``params``; ``parent``: the trial whose
@@ -208,7 +204,7 @@ class PBT:
 
     @classmethod
     def from_settings(cls, settings: Any) -> "PBT":
-        """From the study's Settings (hpctrain.search.study.Settings)."""
+        """From the study's Settings (hpctrain.search.settings.Settings)."""
         interval = settings.interval or settings.eval_every
         return cls(settings.space, settings.population, int(interval), int(settings.max_steps),
                    quantile=settings.quantile, resample_p=settings.resample_p, seed=settings.seed)

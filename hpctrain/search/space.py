@@ -50,6 +50,7 @@ class Param:
 
         if self.kind == CATEGORICAL:
             return CategoricalDistribution(list(self.choices))
+        assert self.low is not None and self.high is not None  # an interval or a range: bounds parsed
         if self.kind == INT:
             return IntDistribution(int(self.low), int(self.high), log=self.log, step=int(self.step or 1))
         return FloatDistribution(float(self.low), float(self.high), log=self.log, step=self.step)
@@ -106,11 +107,13 @@ def _param(o: Override, text: str) -> Tuple[Optional[Param], Optional[str]]:
     if getattr(v, "shuffle", False):
         return None, f"{text}: shuffle() has no meaning in a search"
     if isinstance(v, IntervalSweep):
+        assert v.start is not None and v.end is not None  # Hydra's parser requires both
         low, high = float(v.start), float(v.end)
         kind = INT if "int" in tags else FLOAT
         param = Param(key, kind, text, low=low, high=high, log=log)
     elif isinstance(v, RangeSweep):
         start, stop, step = v.start, v.stop, v.step
+        assert start is not None and stop is not None  # Hydra's parser requires both
         if not step or (stop - start) / step <= 0:
             return None, f"{text}: an empty range (expected start < stop with a positive step)"
         n = math.ceil((stop - start) / step - 1e-9)

@@ -12,7 +12,7 @@ The interface (shared by every scheduler: ``none``, promotion ASHA and Hyperband
 - A :class:`Scheduler` answers :meth:`Scheduler.next_unit` from a :class:`StudyView` (what the study holds:
   every trial's state, parameters, objective per reported step and current unit) with a Unit or a
   :class:`Next`. It is pure: the study claims the unit it picked, fenced by the trial's lease generation
-  (:mod:`hpctrain.search.study`), so a stale view can cost a lost claim, never a unit run twice.
+  (:mod:`hpctrain.search.leases`), so a stale view can cost a lost claim, never a unit run twice.
   :meth:`Scheduler.stranded` names the paused trials that no unit will ever resume once the scheduler says
   ``DONE``: the study ends them ``pruned`` at the step they paused at (their objective: the value there).
 - A finished unit is reported by the worker: the objective at ``end_step`` (``trial.report``), then
@@ -119,20 +119,3 @@ def outcome(unit: Unit, max_steps: int) -> State:
     """How a trial stands after a unit ran to its end: paused before ``max_steps``, else completed."""
     return State.PAUSED if unit.end_step < max_steps else State.COMPLETED
 
-
-class NoScheduler:
-    """``scheduler=none``: each trial is one unit from 0 to ``max_steps``; new trials while the budget lasts."""
-
-    def __init__(self, max_steps: int) -> None:
-        self.max_steps = max_steps
-
-    def next_unit(self, view: StudyView) -> "Unit | Next":
-        if view.next_number >= view.n_trials:
-            return Next.DONE
-        return Unit(None, UnitKind.NEW, 0, self.max_steps)
-
-    def stranded(self, view: StudyView) -> List[int]:
-        return []
-
-
-SCHEDULERS = ("none", "asha", "hyperband", "pbt")

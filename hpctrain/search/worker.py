@@ -1,6 +1,6 @@
 """A search worker: one task of the sweep's job array, running trial after trial until the study is done.
 
-Rank 0 (the leader) claims each trial (:class:`hpctrain.search.study.Leases`: facts gathered outside any
+Rank 0 (the leader) claims each trial (:class:`hpctrain.search.leases.Leases`: facts gathered outside any
 lock, a quick fenced decision under it; the study is told only while the lease is still its own),
 announces it to the other ranks of its task (``<sweep>/.hpctrain/workers/<job id>.json``), runs it as a
 run dir of the sweep with Hydra's ``run_job`` (as the launcher's job wrapper runs a sweep point), and
@@ -44,10 +44,13 @@ from hpctrain.core.run import RunSpec
 from hpctrain.core.state import State
 from hpctrain.search import exploit
 from hpctrain.search import study as studies
+from hpctrain.search.claims import alive_path, touch
+from hpctrain.search.leases import Assignment, Leases
+from hpctrain.search.settings import Settings
 from hpctrain.search.bridge import TrialBridge, activate
 from hpctrain.search.compose import Composer
 from hpctrain.search.space import trial_dirname
-from hpctrain.search.units import Unit, outcome
+from hpctrain.search.units import Next, Unit, outcome
 from hpctrain._compat.submitit import private_pickles
 
 private_pickles()  # the result pickle this job writes (the launcher reads it) not writable by the group
@@ -62,7 +65,7 @@ _running: Dict[str, Any] = {}  # this process's current trial (run dir), for che
 
 
 class SearchWorker:
-    def __init__(self, payload: str, sweep_dir: str, settings: studies.Settings) -> None:
+    def __init__(self, payload: str, sweep_dir: str, settings: Settings) -> None:
         self.payload = payload
         self.sweep_dir = sweep_dir
         self.settings = settings
@@ -92,7 +95,7 @@ class SearchWorker:
         self.worker = worker
         self.study = studies.open_study(sweep, self.settings, worker)
         owner = {"slurm_job_id": me if os.environ.get("SLURM_JOB_ID") else None, "worker": worker}
-        leases = studies.Leases(sweep, self.settings, me, owner)
+        leases = Leases(sweep, self.settings, me, owner)
         leases.end_hook = self._record_ended
         done: List[Dict[str, Any]] = []
         seq, waited, why = 0, 0.0, "no trial left"
@@ -102,20 +105,20 @@ class SearchWorker:
                 why = f"{left:.0f} s to its time limit: no new trial"
                 break
             a = self._retrying("choosing a trial", lambda st: leases.next_trial(st))
-            if a is studies.Next.IDLE:
+            if a is Next.IDLE:
                 time.sleep(IDLE_S)  # units run whose results may bring a promotion: look again
                 continue
-            if a is studies.Next.WAIT and waited < WAIT_MAX_GRACES * self.settings.grace_s:
+            if a is Next.WAIT and waited < WAIT_MAX_GRACES * self.settings.grace_s:
                 time.sleep(WAIT_S)  # an owner's fate is unknown (the queue did not answer): look again
                 waited += WAIT_S
                 continue
-            if isinstance(a, studies.Assignment) and a.unit is not None and self.settings.scheduler == "pbt":
+            if isinstance(a, Assignment) and a.unit is not None and self.settings.scheduler == "pbt":
                 # the exploit's copy of the donor's boundary and the lineage, before the other ranks hear of
                 # the unit (they load what was copied)
                 exploit.before(sweep, a.number, a.unit, a.params)
             seq += 1
-            self._announce(me, seq, a if isinstance(a, studies.Assignment) else None)
-            if not isinstance(a, studies.Assignment):
+            self._announce(me, seq, a if isinstance(a, Assignment) else None)
+            if not isinstance(a, Assignment):
                 break
             waited = 0.0
             unit = f" steps {a.unit.start_step}-{a.unit.end_step}" if a.unit is not None else ""
@@ -143,7 +146,7 @@ class SearchWorker:
                 self.study = studies.open_study(self.sweep_dir, self.settings, self.worker)
         raise AssertionError("unreachable")
 
-    def _announce(self, me: str, seq: int, a: Optional[studies.Assignment]) -> None:
+    def _announce(self, me: str, seq: int, a: Optional[Assignment]) -> None:
         """Tell this task's other ranks which trial comes next (or that none does)."""
         if self.ranks == 1:
             return  # no other rank reads it
@@ -164,15 +167,15 @@ class SearchWorker:
             last = int(msg["seq"])
             if msg.get("stop"):
                 return {"rank": env.global_rank, "trials": ran}
-            a = studies.Assignment(int(msg["number"]), int(msg["trial_id"]), dict(msg["params"]), str(msg["how"]),
+            a = Assignment(int(msg["number"]), int(msg["trial_id"]), dict(msg["params"]), str(msg["how"]),
                                    unit=Unit.from_fields(msg["unit"]) if msg.get("unit") else None,
                                    dir_params=msg.get("dir_params"))
             self._run(a, me, None, last)
             ran += 1
 
     # ------------------------------------------------------------------ one trial
-    def _run(self, a: studies.Assignment, me: str, study: Any, seq: int,
-             leases: Optional[studies.Leases] = None) -> "tuple[Optional[State] | str, Optional[float]]":
+    def _run(self, a: Assignment, me: str, study: Any, seq: int,
+             leases: Optional[Leases] = None) -> "tuple[Optional[State] | str, Optional[float]]":
         """Run one trial on this rank; on rank 0 (``study`` given) record and tell how it ended."""
         _fresh_rendezvous_port(seq)
         s, sweep = self.settings, self.sweep_dir
@@ -192,7 +195,7 @@ class SearchWorker:
                 HydraConfig.instance().set_config(config)  # (run_job sets it for the run in any case)
             self._register(a, dirname, overrides, me, OmegaConf.select(config, "max_steps", default=None))
         trial = live_trial(study, a.trial_id) if lead else None
-        beat = _Heartbeat(studies.alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
+        beat = _Heartbeat(alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
         _running["run_dir"] = run_dir
         _running.pop("interrupted", None)
         end = a.unit.end_step if a.unit is not None and a.unit.end_step < int(s.max_steps or 0) else None
@@ -216,7 +219,7 @@ class SearchWorker:
             exploit.after_unit(run_dir, a.unit.end_step, int(s.max_steps or 0))  # kept before the trial pauses
         return self._settle(a, run_dir, ret, bridge, leases)
 
-    def _register(self, a: studies.Assignment, dirname: str, overrides: List[str], me: str,
+    def _register(self, a: Assignment, dirname: str, overrides: List[str], me: str,
                   max_steps: Optional[int]) -> None:
         """The trial as a run of the sweep (sweep.json, its record and events), for status and report."""
         sweep = Path(self.sweep_dir)
@@ -239,8 +242,8 @@ class SearchWorker:
         if a.unit is not None:  # the rung (or interval) it runs to, for status and report's rung table
             summary.write(run_dir, trial=a.number, **self._stage(a.unit))
 
-    def _settle(self, a: studies.Assignment, run_dir: Path, ret: Any, bridge: TrialBridge,
-                leases: studies.Leases) -> "tuple[State, Optional[float]]":
+    def _settle(self, a: Assignment, run_dir: Path, ret: Any, bridge: TrialBridge,
+                leases: Leases) -> "tuple[State, Optional[float]]":
         from optuna.trial import TrialState
 
         s = self.settings
@@ -366,14 +369,14 @@ class _Heartbeat:
     def __init__(self, path: str, interval_s: float) -> None:
         self.path, self.interval_s = path, interval_s
         self._stop = threading.Event()
-        studies.touch(path)
+        touch(path)
         self._thread = threading.Thread(target=self._beat, name="hpctrain-heartbeat", daemon=True)
         self._thread.start()
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
-                studies.touch(self.path)
+                touch(self.path)
             except OSError:
                 pass  # shared storage hiccup: the next beat tries again
 

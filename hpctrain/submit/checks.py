@@ -257,7 +257,7 @@ def unread_keys(cfg: Mapping[str, Any]) -> List[str]:
 
 
 # ---------------------------------------------------------------- search schedulers (hydra.sweeper.scheduler)
-SCHEDULERS = ("none", "asha", "hyperband", "pbt")  # as hpctrain.search.units.SCHEDULERS
+SCHEDULERS = ("none", "asha", "hyperband", "pbt")  # as hpctrain.search.study.build_scheduler names them
 TRIAL_API = ("hpctrain.trial", "hpctrain.search.api", "from hpctrain import trial")
 
 

@@ -23,7 +23,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hpctrain.core import events, manifest, redact
+from hpctrain.core import events, liveness, manifest, redact
+from hpctrain.core.liveness import Liveness
 from hpctrain.core import paths as runfiles
 from hpctrain.core.run import RunSpec
 from hpctrain.submit import provenance, rerun, snapshot
@@ -212,7 +213,10 @@ class BaseLauncher(Launcher):
 
     def in_queue(self, job_ids: List[str]) -> Optional[Set[str]]:
         """Which of ``job_ids`` are still queued or running (None: unknown). Local: the live controllers."""
-        return {j for j in job_ids if _pid_alive(j)}
+        states = {j: liveness.process(j, needle="submitit") for j in job_ids}  # submitit's local job id: its pid
+        if Liveness.UNKNOWN in states.values():
+            return None  # a process that cannot be asked about: unknown, never gone
+        return {j for j, state in states.items() if state is Liveness.ALIVE}
 
     def discard(self, submission: Submission) -> None:
         """Undo a submission that failed before anything was sent: its files, and the copy taken into them."""
@@ -367,25 +371,6 @@ def _check_writable(sweep_dir: Path) -> List[str]:
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         return [f"hydra.sweep.dir={str(sweep_dir)!r}: cannot be written ({parent} is not a writable directory)"]
     return []
-
-
-def _pid_alive(pid: str) -> bool:
-    """A local run's controller still alive (a zombie is not)."""
-    if not pid.isdigit():
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            alive = f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return alive and b"submitit" in f.read()  # not a reused pid
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(int(pid), 0)
-            return True
-        except (OSError, ValueError):
-            return False
 
 
 def _takes(function: Any, name: str) -> bool:

@@ -6,7 +6,7 @@ hpctrain's launcher (its resources, container and ranks; one Slurm job array), t
 worker pulls trials until the study has ``n_trials`` (:mod:`hpctrain.search.worker`). Running the
 same command again continues the study up to ``n_trials`` in total.
 
-Its settings are ``SearchSweeperConf`` in the plugin package; optuna is imported in :meth:`SearchSweeper.sweep` only.
+Its settings are :class:`hpctrain.search.settings.SearchSweeperConf`; optuna is imported in :meth:`SearchSweeper.sweep` only.
 """
 
 import importlib.util
@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from hpctrain.core import manifest
 from hpctrain.core.state import Direction
 from hpctrain.core.run import RunSpec
+from hpctrain.submit.backends.local import LocalLauncher
 from hpctrain.submit.checks import scheduler_problems, uses_trial_api
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.lock import one_submission
@@ -31,6 +32,7 @@ from hpctrain.submit.plan import PlannedRun, make_spec, plan_runs
 from hpctrain.submit.progress import Progress, trials_of
 from hpctrain.submit.results import print_next_commands
 from hpctrain.submit.submission import Calling
+from hpctrain.search.settings import SearchSweeperConf, Settings
 from hpctrain.search.space import Space, check, parse
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")  # as hpctrain.search.study.SAMPLERS (no optuna import here)
@@ -59,8 +61,8 @@ class SearchSweeper(Sweeper):
             raise LaunchError("nothing submitted: hydra/sweeper=search needs one of hpctrain's launchers "
                               "(hydra/launcher=local or hydra/launcher=slurm)")
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-        params = OmegaConf.to_container(self.conf.params) if self.conf.params else None
-        space, problems = parse(arguments, {str(k): v for k, v in params.items()} if isinstance(params, dict) else None)
+        conf = self._typed_conf()  # read once: the worker's settings are built from it below
+        space, problems = parse(arguments, conf.params)
         problems = self._check_settings() + problems
         if not problems:
             problems += check(space, str(self.conf.sampler))
@@ -69,23 +71,17 @@ class SearchSweeper(Sweeper):
             sample, more = self._check_app(space, sweep_dir)
             problems += more
         metric, direction = self._objective(sample)
-        settings = self._settings(space, metric, direction, launcher)
         eval_every = OmegaConf.select(sample.cfg, "eval_every", default=None) if sample is not None else None
+        max_steps = OmegaConf.select(sample.cfg, "max_steps", default=None) if sample is not None else None
         if sample is not None:
-            max_steps = OmegaConf.select(sample.cfg, "max_steps", default=None)
             problems += scheduler_problems(self.conf, max_steps, eval_every, uses_trial_api(self.task_function),
                                            getattr(self.task_function, "__module__", None) or "the app")
             if self.conf.scheduler == "pbt" and not problems:
                 problems += _pbt_problems(space, getattr(self.task_function, "mutable_keys", None))
-            if self.conf.scheduler != "none" and isinstance(max_steps, int):
-                settings.max_steps = max_steps
-                settings.eval_every = eval_every if isinstance(eval_every, int) and eval_every > 0 else None
-                settings.pruner = "none"  # the scheduler decides which trials go on
-                if settings.scheduler in ("asha", "hyperband"):
-                    settings.min_steps = settings.min_steps or settings.eval_every  # the first rung, as review shows it
-        settings.extra["startup_trials"] = max(0, int(self.conf.startup_trials))
-        if isinstance(eval_every, int) and eval_every > 0:
-            settings.extra["first_eval_step"] = eval_every  # the pruner leaves each trial's first eval alone
+        settings = Settings.from_conf(conf, space, metric=metric, direction=direction,
+                                      n_workers=self._n_workers(launcher),
+                                      max_retries=int(launcher.params.max_retries), max_steps=max_steps,
+                                      eval_every=eval_every)
         from hpctrain.search import study as studies  # optuna: search sweeps only
 
         old = studies.existing_direction(sweep_dir)
@@ -244,26 +240,19 @@ class SearchSweeper(Sweeper):
         mode = OmegaConf.select(cfg, "objective.mode", default=Direction.MIN.value) if cfg is not None else None
         return metric, Direction.parse(mode or Direction.MIN).optuna
 
-    def _settings(self, space: Space, metric: Optional[str], direction: str, launcher: BaseLauncher) -> Any:
-        from hpctrain.search.study import Settings as StudySettings  # what every worker is handed
+    def _typed_conf(self) -> SearchSweeperConf:
+        """The sweeper's settings as their dataclass (the plugin shell checked their types)."""
+        return SearchSweeperConf(**OmegaConf.to_container(self.conf, resolve=True))  # type: ignore[arg-type]
 
+    def _n_workers(self, launcher: BaseLauncher) -> int:
         c = self.conf
         n_workers = int(c.n_workers) if isinstance(c.n_workers, int) and c.n_workers > 0 else 1
-        from hpctrain.submit.backends.local import LocalLauncher
-
         if isinstance(launcher, LocalLauncher):
             asked, n_workers = n_workers, launcher.max_parallel()  # local: max_parallel worker processes
             if n_workers < asked:
                 print(f"hpctrain: hydra.sweeper.n_workers={asked}, but this machine runs {n_workers} run(s) at a "
                       f"time (hydra.launcher.max_parallel={n_workers}): {n_workers} worker(s)", file=sys.stderr)
-        n_trials = int(c.n_trials) if isinstance(c.n_trials, int) and c.n_trials > 0 else 1
-        return StudySettings(space=space, n_trials=n_trials, n_workers=min(n_workers, n_trials),
-                        sampler=str(c.sampler), pruner=str(c.pruner), seed=c.seed, metric=metric,
-                        direction=direction, grace_s=int(c.grace_s), heartbeat_s=float(c.heartbeat_s),
-                        max_adoptions=max(1, int(launcher.params.max_retries) + 1),
-                        scheduler=str(c.scheduler), min_steps=c.min_steps, eta=int(c.eta) if isinstance(c.eta, int) else 3,
-                        population=int(c.population) if isinstance(c.population, int) else 8,
-                        interval=c.interval, quantile=float(c.quantile), resample_p=float(c.resample_p))
+        return n_workers
 
 
 _ABSENT = object()

@@ -4,6 +4,7 @@ The plugin package registers the same defaults as plain dicts (``hydra_plugins/h
 so that Hydra's plugin scan, which every Hydra app in the environment pays for, builds no dataclass and no
 structured config; ``tests/test_plugin.py`` checks that the two agree.
 Resource names carry their units, as submitit names them (timeout_min, mem_gb, signal_delay_s).
+The search sweeper's settings live with the search: ``hpctrain.search.settings.SearchSweeperConf``.
 """
 
 from dataclasses import dataclass, field
@@ -75,26 +76,3 @@ class SweeperConf:
     _target_: str = f"{_PKG}.HpctrainSweeper"
     max_batch_size: Optional[int] = None
     params: Optional[Dict[str, str]] = None  # a sweep kept in a file: conf/sweep/*.yaml
-
-
-@dataclass
-class SearchSweeperConf:
-    _target_: str = f"{_PKG}.SearchSweeper"
-    n_trials: int = 20  # trials in the study in total (a rerun continues up to this)
-    n_workers: int = 4  # worker tasks of the job array; on the local launcher: max_parallel
-    sampler: str = "tpe"  # tpe | random | grid | cmaes | gp
-    pruner: str = "median"  # median | asha | none: stop bad trials at an eval step
-    startup_trials: int = 5  # the median pruner prunes nothing before this many trials have finished
-    seed: Optional[int] = None  # the samplers' seed (each worker gets seed + its index)
-    grace_s: int = 120  # a running trial whose worker is unknown and silent this long is taken over
-    heartbeat_s: float = 10.0
-    params: Optional[Dict[str, str]] = None  # the space kept in a file (+sweep=NAME): key -> interval(...)
-    # schedulers (hpctrain.search.units): trials paused at a unit's end and resumed from their checkpoints
-    scheduler: str = "none"  # none (the pruner decides) | asha (promotion) | hyperband | pbt
-    min_steps: Optional[int] = None  # asha/hyperband: the first rung; default: the app's eval_every
-    eta: int = 3  # asha/hyperband: rungs at min_steps * eta^k; the top 1/eta of a rung is promoted
-    population: int = 8  # pbt: trials trained side by side
-    interval: Optional[int] = None  # pbt: steps between exploit/explore decisions; default: eval_every
-    quantile: float = 0.25  # pbt: the bottom quantile copies a top-quantile trial
-    resample_p: float = 0.25  # pbt: chance that explore resamples a value instead of perturbing it
-

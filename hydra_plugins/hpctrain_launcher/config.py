@@ -2,8 +2,8 @@
 
 Hydra runs this module at the start of every app in the environment (its plugin scan), so the nodes are
 plain dicts: no dataclass, no structured config, nothing of hpctrain imported. Their types live in
-``hpctrain.submit.settings`` (the shells in ``plugins.py`` check them in ``setup()``); a test keeps the
-two equal. Comments on each key: see that module.
+``hpctrain.submit.settings`` (the search's in ``hpctrain.search.settings``; the shells in ``plugins.py``
+check them in ``setup()``); a test keeps the two equal. Comments on each key: see those modules.
 """
 
 from hydra.core.config_store import ConfigStore

@@ -43,7 +43,7 @@ class _Shell:
     """The settings Hydra passes, kept until ``setup()`` builds the implementation from them, typed."""
 
     implementation = ""
-    schema = ""  # its dataclass in hpctrain.submit.settings
+    schema = ""  # its dataclass in hpctrain.submit.settings (the search's: hpctrain.search.settings)
     group = ""
 
     def __init__(self, **params: Any) -> None:
@@ -88,4 +88,4 @@ class HpctrainSweeper(_SweeperShell):
 
 class SearchSweeper(_SweeperShell):
     implementation = "hpctrain.submit.search.SearchSweeper"
-    schema = "hpctrain.submit.settings.SearchSweeperConf"
+    schema = "hpctrain.search.settings.SearchSweeperConf"
