@@ -1,9 +1,10 @@
 """Who a sweep's local launcher is: its pid, start time and argv, recorded when it starts sending runs (the
 argv as a hash: a secret override on the command line stays out of the sweep dir).
 
-``cancel`` signals a recorded pid only when the process holding it now is that launcher (same start time
-and argv in /proc): a pid is reused once its process is gone, and the next holder (a notebook, another
-user's job) must not be killed. No torch here.
+``cancel`` signals a recorded pid only when the process holding it now is that launcher (the same start
+time and argv, asked of :mod:`hpctrain.core.liveness`, the one module that says what a process is): a pid
+is reused once its process is gone, and the next holder (a notebook, another user's job) must not be killed.
+No torch here.
 """
 
 import hashlib
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
+from hpctrain.core import liveness
 from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import HPCTRAIN_DIR
 
@@ -22,17 +24,12 @@ def record_path(sweep_dir: Union[str, Path]) -> Path:
 
 
 def identity(pid: int) -> Optional[Dict[str, Any]]:
-    """``{"pid", "start", "argv_sha256"}`` of a live process (start: clock ticks after boot, /proc/PID/stat
-    field 22), or None when there is none (or no procfs)."""
-    proc = Path("/proc") / str(pid)
-    try:
-        fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        argv = (proc / "cmdline").read_bytes()
-    except (OSError, IndexError):
+    """``{"pid", "start", "argv_sha256"}`` of a live process, or None when there is none."""
+    now = liveness.identity(pid)
+    if now is None:
         return None
-    if fields[0] in ("Z", "X"):
-        return None
-    return {"pid": int(pid), "start": int(fields[19]), "argv_sha256": hashlib.sha256(argv).hexdigest()}
+    argv = "\0".join(now.argv).encode("utf-8", "surrogateescape")
+    return {"pid": int(pid), "start": now.start, "argv_sha256": hashlib.sha256(argv).hexdigest()}
 
 
 def record(sweep_dir: Union[str, Path]) -> None:

@@ -7,8 +7,9 @@ reused pid and is ``GONE``. A query that cannot be answered (no permission, an u
 asked through the queue (:mod:`hpctrain.slurm.query`), by the same rule.
 """
 
+from dataclasses import dataclass
 from enum import Enum
-from typing import Optional
+from typing import List, Optional
 
 import psutil
 
@@ -40,3 +41,21 @@ def process(pid: "int | str", started_by: Optional[float] = None, needle: Option
     except (psutil.AccessDenied, OSError):
         return Liveness.UNKNOWN
     return Liveness.ALIVE
+
+
+@dataclass(frozen=True)
+class Identity:
+    start: float  # the process's start time (psutil's create_time): a later holder of the pid differs
+    argv: List[str]
+
+
+def identity(pid: int) -> Optional[Identity]:
+    """The start time and argv of the live process ``pid``; None for none (or a zombie, or no permission)."""
+    try:
+        proc = psutil.Process(int(pid))
+        with proc.oneshot():
+            if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                return None
+            return Identity(proc.create_time(), list(proc.cmdline()))
+    except (psutil.Error, OSError):
+        return None
