@@ -24,7 +24,8 @@ from hpctrain.core.redact import REDACTED, is_secret_key, redact_config
 
 
 def swept_keys(task_overrides: List[str]) -> Dict[str, str]:
-    """``["lr=0.001", "model=cnn", "+model.width=24"]`` -> ``{"lr": "0.001", "model": "cnn", "model.width": "24"}``."""
+    """``["lr=0.001", "model=cnn", "+model.width=24"]`` -> ``{"lr": "0.001", "model": "cnn", "model.width": "24"}``.
+    ``task_overrides``: this run's own, as Hydra gave them to it (never sweep.json's redacted copies)."""
     out: Dict[str, str] = {}
     for override in OverridesParser.create().parse_overrides(list(task_overrides)):
         if not override.is_delete():
@@ -57,7 +58,7 @@ def sweep_swept(run_dir: Optional[Path], own: Dict[str, str]) -> Dict[str, str]:
     found = manifest.read(run_dir.parent) if run_dir is not None else None
     if found is None or len(found.runs) < 2 or not any(e.spec.run_dir == run_dir for e in found.runs.values()):
         return own
-    values = [swept_keys(list(e.spec.overrides)) for e in found.runs.values()]
+    values = [e.spec.values() for e in found.runs.values()]  # as text: a secret's value there is <redacted>
     varying = {k for k in {k for v in values for k in v} if len({v.get(k) for v in values}) > 1}
     return {k: v for k, v in own.items() if k in varying}
 
