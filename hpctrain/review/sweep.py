@@ -149,7 +149,7 @@ def _load_yaml(path: Path) -> Any:
     try:
         with open(path) as f:
             return yaml.load(f, Loader=_Loader)
-    except (OSError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError):  # ValueError: not UTF-8
         return None
 
 
