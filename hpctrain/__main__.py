@@ -88,7 +88,8 @@ class _CompactErrors:
         exc = sys.exc_info()[1]
         if text.strip() == self.HINT and isinstance(exc, CompactHydraException):
             return len(text)
-        if exc is not None and not isinstance(exc, (CompactHydraException, SystemExit)) and not _in_job(exc):
+        if (exc is not None and not isinstance(exc, (CompactHydraException, SystemExit)) and not _in_job(exc)
+                and _hydra_reports()):
             if exc is not self.said:  # the first of the traceback's pieces: one line for all of them
                 self.said = exc
                 self.stream.write(f"hpctrain: {_one_line(exc)}\n")
@@ -131,6 +132,15 @@ def _where(exc: BaseException) -> Optional[str]:
         found = _STEPS.get(tb.tb_frame.f_code.co_name, found)
         tb = tb.tb_next
     return found
+
+
+def _hydra_reports() -> bool:
+    """Whether this write is Hydra's report of the error (its ``run_and_report``, through ``traceback``), not
+    a line some code prints while it handles an exception of its own."""
+    frame = sys._getframe(2)  # the caller of write()
+    while frame is not None and frame.f_code.co_filename.endswith("traceback.py"):
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame is not None and frame.f_code.co_name == "run_and_report"
 
 
 def _in_job(exc: BaseException) -> bool:
