@@ -210,18 +210,20 @@ def placement_problems(runs: Sequence[Run], bases: Dict[Tuple[str, ...], _Base])
     """One line when a run dir falls outside its sweep dir (``hydra.sweep.subdir=../x``, an absolute one),
     and one naming the first two points that share a run dir (``hydra.sweep.subdir=same``): the second
     would resume from the first's state."""
-    sweep_dirs = {os.path.normpath(os.path.abspath(b.sweep_dir)) for b in bases.values()}
+    inside = tuple({os.path.normpath(os.path.abspath(b.sweep_dir)) + os.sep for b in bases.values()})
     seen: Dict[str, Run] = {}
     out: List[str] = []
     for run in runs:
-        where = os.path.normpath(str(run.run_dir))
-        if not any(where.startswith(d + os.sep) for d in sweep_dirs) and not out:
+        where = str(run.run_dir)  # absolute already; normalized only where it may hold a '..' or '//'
+        if "/." in where or "//" in where:
+            where = os.path.normpath(where)
+        if not where.startswith(inside) and not out:
             subdir = next(iter(bases.values())).subdir if bases else "?"
             out.append(f"hydra.sweep.subdir={subdir!r}: run {run.idx}'s dir {where} is not inside the sweep dir; "
                        f"expected a relative path below it, such as ${{hydra.job.num}}")
         first = seen.setdefault(where, run)
         if first is not run:
-            shared = sum(1 for r in runs if os.path.normpath(str(r.run_dir)) == where)
+            shared = sum(1 for r in runs if os.path.normpath(str(r.run_dir)) == os.path.normpath(where))
             return out + [f"run {first.idx} ({' '.join(first.overrides)}) and run {run.idx} ({' '.join(run.overrides)}) "
                           f"have the same run dir {where} ({shared} points in all share it): expected "
                           f"hydra.sweep.subdir to differ per point, such as ${{hydra.job.num}}"]

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, Override, RangeSweep
 
 from hpctrain._compat.hydra import BasicSweeper
@@ -30,15 +29,17 @@ MAX_POINTS = 100_000  # points one sweep may plan: 10x the largest benchmarked (
 
 class HpctrainSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
-        assert self.hydra_context is not None
-        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        overrides = parser.parse_overrides(self._parse_config() + list(arguments))
-        problem = size_problem(overrides, implementation_of(self.launcher))
-        if problem:
-            raise LaunchError(f"nothing submitted: {problem}")
         assert self.config is not None
         with scrubbed_on_refusal(Path(str(self.config.hydra.sweep.dir))):
             return super().sweep(arguments)
+
+    def split_arguments(self, overrides: List[Override], max_batch_size: Optional[int]) -> List[List[List[str]]]:  # type: ignore[override]
+        """Hydra's expansion of the sweep into points (called before it writes multirun.yaml), once its size
+        is known to fit."""
+        problem = size_problem(overrides, implementation_of(self.launcher))
+        if problem:
+            raise LaunchError(f"nothing submitted: {problem}")
+        return BasicSweeper.split_arguments(overrides, max_batch_size)
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         if implementation_of(self.launcher) is not None:
