@@ -202,7 +202,11 @@ def driver():
                             env=env)
     yield proc
     proc.stdin.close()
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # a case that hung: the failure is reported, the process must not outlive the test
+        proc.wait()
 
 
 def _case(driver, tmp_path_factory, overrides, sweep_file=None) -> None:
