@@ -51,3 +51,9 @@ def test_a_redacted_spec_reads_as_text_and_a_parse_error_is_not_retried():
     error = ("Traceback (most recent call last):\n  ...\nhydra.errors.OverrideParseException: mismatched input '<' "
              "expecting <EOF>\nSee https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details")
     assert deterministic(error)
+
+
+def test_hparams_read_a_line_the_grammar_refuses_as_text():
+    from hpctrain.train.hparams import swept_keys
+
+    assert swept_keys(["lr=0.1", "+wandb.api_key=<redacted>"]) == {"lr": "0.1", "wandb.api_key": "<redacted>"}
