@@ -7,8 +7,6 @@ value nested 300 deep, ``${nope}`` in a sweep file) is one line. A hypothesis fu
 and sweep-file YAML holds all of it at once.
 """
 
-import contextlib
-import io
 import os
 import subprocess
 import sys
