@@ -68,26 +68,89 @@ def pick_launcher(argv: List[str]) -> List[str]:
 
 
 class _CompactErrors:
-    """stderr, less Hydra's HYDRA_FULL_ERROR hint under a one-line error that is already the whole story.
+    """stderr, less Hydra's HYDRA_FULL_ERROR hint under a one-line error that is already the whole story, and
+    with one line instead of a traceback for an error raised before any job ran (bad input: a config that
+    does not compose or resolve, a file that does not load).
 
-    Hydra writes the hint while it handles the exception, so ``sys.exc_info()`` tells which error it follows;
-    the hint stays under tracebacks (a crash in the user's code), where it helps.
+    Hydra writes while it handles the exception, so ``sys.exc_info()`` tells which error it follows; under a
+    crash in the user's code (Hydra's ``run_job`` on the stack) the traceback and the hint stay, where they help.
     """
 
     HINT = "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
+        self.said: Optional[BaseException] = None
 
     def write(self, text: str) -> int:
         from hydra.errors import CompactHydraException
 
-        if text.strip() == self.HINT and isinstance(sys.exc_info()[1], CompactHydraException):
+        exc = sys.exc_info()[1]
+        if text.strip() == self.HINT and isinstance(exc, CompactHydraException):
+            return len(text)
+        if (exc is not None and not isinstance(exc, (CompactHydraException, SystemExit)) and not _in_job(exc)
+                and _hydra_reports()):
+            if exc is not self.said:  # the first of the traceback's pieces: one line for all of them
+                self.said = exc
+                self.stream.write(f"hpctrain: {_one_line(exc)}\n")
             return len(text)
         return self.stream.write(text)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
+
+
+# errors of bad input: the message is the story; any other (a bug of hpctrain's own) also says how to see more
+_INPUT_ERRORS = ("OmegaConfBaseException", "HydraException", "YAMLError", "ValueError", "TypeError", "KeyError",
+                 "RecursionError", "UnicodeDecodeError", "OSError")
+
+
+def _one_line(exc: BaseException) -> str:
+    """``full_key: message`` on one line (OmegaConf's errors carry the key apart from the message)."""
+    text = str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(
+        ("full_key:", "object_type=", "reference_type="))]
+    key = getattr(exc, "full_key", None)
+    message = " ".join(lines) or type(exc).__name__
+    message = message if len(message) < 400 else message[:397] + "..."
+    if isinstance(exc, RecursionError):
+        message = "nested too deep (RecursionError); expected a config of a few dozen levels"
+    key = key or _where(exc)
+    named = f"{key}: {message}" if key else message
+    if not any(c.__name__ in _INPUT_ERRORS for c in type(exc).__mro__):
+        named += f" ({type(exc).__name__}; set HYDRA_FULL_ERROR=1 for the traceback)"
+    return named
+
+
+# Hydra's steps that read one part of the config: the part named when the error itself names no key
+_STEPS = {"instantiate_sweeper": "hydra.sweeper", "instantiate_launcher": "hydra.launcher"}
+
+
+def _where(exc: BaseException) -> Optional[str]:
+    tb, found = exc.__traceback__, None
+    while tb is not None:
+        found = _STEPS.get(tb.tb_frame.f_code.co_name, found)
+        tb = tb.tb_next
+    return found
+
+
+def _hydra_reports() -> bool:
+    """Whether this write is Hydra's report of the error (its ``run_and_report``, through ``traceback``), not
+    a line some code prints while it handles an exception of its own."""
+    frame = sys._getframe(2)  # the caller of write()
+    while frame is not None and frame.f_code.co_filename.endswith("traceback.py"):
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame is not None and frame.f_code.co_name == "run_and_report"
+
+
+def _in_job(exc: BaseException) -> bool:
+    """Whether the error came from inside a job (Hydra's ``run_job`` on its stack): the user's code."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "run_job":
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -104,6 +167,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         from hpctrain.review.cli import run_subcommand
 
         sys.exit(run_subcommand(argv))
+    from hpctrain.submit.inputs import problems
+
+    found = problems(argv)  # before Hydra reads a config file or an override: one line each, no traceback
+    if found:
+        print("\n".join(f"hpctrain: {p}" for p in found), file=sys.stderr)
+        sys.exit(1)
     sys.argv = [sys.argv[0]] + pick_launcher(argv)
     from hpctrain.app import main as hydra_main
 

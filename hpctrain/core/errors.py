@@ -65,6 +65,7 @@ DETERMINISTIC = frozenset({
     "NonFiniteLossError",  # the loss went to NaN/Inf: the same config diverges again
     "DiskFullError",  # a full disk stays full until someone frees it (docs/decisions.md)
     "hydra.errors.InstantiationException", "InstantiationException", "ConfigCompositionException",
+    "OverrideParseException",  # an override line Hydra's grammar refuses: the same line again next time
 })
 # RuntimeErrors of shapes and sizes (torch raises RuntimeError for them): a bug, not the machine
 _SHAPE = re.compile(r"shapes cannot be multiplied|size mismatch|must match the size|out of bounds|"

@@ -21,6 +21,16 @@ class RunSpec:
     def name(self) -> str:
         return self.run_dir.name
 
+    def values(self) -> Dict[str, str]:
+        """The point's keys (``+``, ``~`` and ``@pkg`` left off) and their values as written, read as text: no
+        parser, since sweep.json keeps a secret's value as ``<redacted>``, which Hydra's grammar refuses."""
+        out: Dict[str, str] = {}
+        for line in self.overrides:
+            key, sep, value = line.partition("=")
+            if sep and not key.startswith("~"):
+                out[key.strip().lstrip("+").split("@", 1)[0]] = value
+        return out
+
     def to_json(self, sweep_dir: Path) -> Dict[str, Any]:
         """The one serialized form; ``run_dir`` relative to the sweep dir (a moved sweep dir still reads)."""
         return {"idx": self.idx, "overrides": list(self.overrides),

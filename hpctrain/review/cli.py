@@ -13,6 +13,24 @@ from hpctrain.review.sweep import SweepError, find_sweep_dir
 _SWEEP_HELP = "the sweep dir (default: the newest sweep under ./multirun)"
 
 
+def _port(text: str) -> int:
+    """A TCP port, 1-65535: checked here, not found out as a traceback when the server binds."""
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a port number from 1 to 65535")
+    return int(text)
+
+
+def _host(text: str) -> str:
+    """An address of this machine to bind, that resolves (else the server would look for a free port in vain)."""
+    import socket
+
+    try:
+        socket.getaddrinfo(text, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: does not resolve to an address to bind ({exc})") from None
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hpctrain", description="Review a sweep without opening its logs.")
     sub = p.add_subparsers(dest="command", required=True, metavar="{status,report,cancel,tensorboard}")
@@ -34,8 +52,8 @@ def _parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("tensorboard", help="TensorBoard over the sweep, each run named by its swept values")
     t.add_argument("sweep_dir", nargs="?", help=_SWEEP_HELP)
-    t.add_argument("--port", type=int, help="port (default: 6006, or the next free one)")
-    t.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: reach it by ssh tunnel)")
+    t.add_argument("--port", type=_port, help="port (default: 6006, or the next free one)")
+    t.add_argument("--host", type=_host, default="127.0.0.1", help="address to bind (default 127.0.0.1: reach it by ssh tunnel)")
     t.add_argument("--no-token", action="store_true",
                    help="serve without the token (anyone who reaches the port can read the sweep)")
     return p

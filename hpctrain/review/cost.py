@@ -43,7 +43,7 @@ def allocation(sweep_dir: Path) -> Allocation:
         with open(safefs.open_read(Path(sweep_dir) / "multirun.yaml")) as f:  # a planted link is not followed
             launcher = ((yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {})
                         .get("hydra", {}).get("launcher", {})) or {}
-    except (OSError, yaml.YAMLError, AttributeError):
+    except (OSError, ValueError, yaml.YAMLError, AttributeError):  # ValueError: not UTF-8
         return Allocation()
     nodes = _int(launcher.get("nodes"), 1) or 1
     gpus = _int(launcher.get("gpus_per_node"), 0) * nodes

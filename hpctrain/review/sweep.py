@@ -174,7 +174,7 @@ def _load_yaml(path: Path) -> Any:
     try:
         with open(safefs.open_read(path)) as f:  # a planted link is not followed
             return yaml.load(f, Loader=_Loader)
-    except (OSError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError):  # ValueError: not UTF-8
         return None
 
 

@@ -7,12 +7,14 @@ module file is found on the import path and parsed), so nothing heavy is importe
 import ast
 import functools
 import importlib.util
+import re
 from pathlib import Path
 from typing import Any, List, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from hpctrain.core import redact
 from hpctrain.schema import OBJECTIVE_MODES, PRECISIONS, read_schedule
 
 
@@ -76,6 +78,7 @@ def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[s
         error = target_error(target) if isinstance(target, str) else "a class path such as pkg.module.Class"
         if error:
             problems.append(f"{group}._target_={target!r}: {error}")
+    assert plain is not None  # (resolved above)
     problems += _metrics_problems(plain)
     try:
         read_schedule(plain.get("schedule"), (plain.get("optim") or {}).keys())
@@ -221,8 +224,7 @@ def _defines(tree: ast.Module, name: str) -> bool:
         if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
             return True  # lazy module attributes: trust it
         if isinstance(node, (ast.If, ast.Try)):  # names bound under `if TYPE_CHECKING`/`try: import`
-            inner = ast.Module(body=list(ast.iter_child_nodes(node)), type_ignores=[])
-            inner.body = [n for n in inner.body if isinstance(n, ast.stmt)]
+            inner = ast.Module(body=[n for n in ast.iter_child_nodes(node) if isinstance(n, ast.stmt)], type_ignores=[])
             if _defines(inner, name):
                 return True
     return False
@@ -319,3 +321,47 @@ def scheduler_problems(conf: Mapping[str, Any], max_steps: Any, eval_every: Any,
         if not isinstance(p, (int, float)) or not 0 <= float(p) <= 1:
             problems.append(f"hydra.sweeper.resample_p={p}: expected a number in [0, 1]")
     return problems
+
+
+# ---------------------------------------------------------------- what reaches the job script (hydra.launcher.*)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SBATCH_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")
+_DATA = "a newline would end the job script's #SBATCH block and run the rest as commands"
+
+
+def script_field_problems(params: Mapping[str, Any], paths: Mapping[str, str]) -> List[str]:
+    """Every launcher setting, key and path that the job script holds, checked as data: no control
+    characters anywhere (one line per key), ``env`` names identifiers, sbatch option names plain; and no
+    secret in ``env`` (it would be written into the script). ``paths``: the other fields the script holds
+    (``hydra.sweep.dir``, the launch directory), by the name to report."""
+    problems: List[str] = []
+    for name, text in paths.items():
+        if _CONTROL.search(text):
+            problems.append(f"{name}={text!r}: expected no control characters ({_DATA})")
+    _walk(params, "hydra.launcher", problems)
+    for name in (params.get("env") or {}):
+        if not _ENV_NAME.match(str(name)):
+            problems.append(f"hydra.launcher.env.{name!r}: expected an environment variable name (letters, digits, _)")
+        elif redact.is_secret_key(str(name)):
+            problems.append(f"hydra.launcher.env.{name}: looks like a secret; it would be written to the job script. "
+                            f"Export it in your shell instead (Slurm passes your environment to the job)")
+    for name in (params.get("additional_parameters") or {}):
+        if not _SBATCH_OPTION.match(str(name)) and not _CONTROL.search(str(name)):  # (control: said above)
+            problems.append(f"hydra.launcher.additional_parameters.{name!r}: expected an sbatch option name "
+                            f"(letters, digits, - and _)")
+    return problems
+
+
+def _walk(node: Any, key: str, problems: List[str]) -> None:
+    if isinstance(node, Mapping):
+        for name, value in node.items():
+            if _CONTROL.search(str(name)):
+                problems.append(f"{key}.{str(name)!r}: expected a key without control characters ({_DATA})")
+            else:
+                _walk(value, f"{key}.{name}", problems)
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            _walk(value, f"{key}[{i}]", problems)
+    elif isinstance(node, str) and _CONTROL.search(node):
+        problems.append(f"{key}={node!r}: expected no control characters ({_DATA})")

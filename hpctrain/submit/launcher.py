@@ -28,6 +28,7 @@ from hpctrain.core.liveness import Liveness
 from hpctrain.core import paths as runfiles
 from hpctrain.core.run import RunSpec
 from hpctrain.submit import provenance, rerun, snapshot
+from hpctrain.submit.checks import script_field_problems
 from hpctrain.submit.code import CodeStage
 from hpctrain.submit.container import check_container, container_command, default_binds
 from hpctrain.submit.errors import LaunchError
@@ -67,12 +68,16 @@ class BaseLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
         self.code.app = snapshot.app_dir(task_function)  # the app's own code: snapshot and record it
         # here, not in launch(): Hydra's sweeper creates the sweep dir between the two
-        problems = _check_writable(Path(str(config.hydra.sweep.dir)).absolute())
+        # before Hydra's sweeper writes multirun.yaml: a setting refused here is written nowhere
+        problems = script_field_problems(OmegaConf.to_container(self.params, resolve=True),  # type: ignore[arg-type]
+                                         {"hydra.sweep.dir": str(config.hydra.sweep.dir), "the launch directory": os.getcwd()})
+        problems = problems or _check_writable(Path(str(config.hydra.sweep.dir)).absolute())
         if ":" in os.getcwd():  # the snapshot's copy of it goes on PYTHONPATH, which ':' splits
             problems.append(f"the launch directory {os.getcwd()!r}: expected a path without ':' (it splits the "
                             f"job's PYTHONPATH); launch from a directory without it")
         if problems:
-            raise LaunchError(f"nothing submitted: {problems[0]}")
+            raise LaunchError("nothing submitted: " + (problems[0] if len(problems) == 1 else
+                              f"{len(problems)} problem(s):\n" + "\n".join(f"  {p}" for p in problems)))
 
     # ------------------------------------------------------------------ hooks
     def gpus_per_node(self) -> int:
@@ -267,12 +272,6 @@ class BaseLauncher(Launcher):
         problems = self.check_resources()
         c = self.params.container
         problems += check_container(c.image, c.runtime, list(c.binds))
-        for name in self.params.env:
-            if redact.is_secret_key(name):
-                problems.append(
-                    f"hydra.launcher.env.{name}: looks like a secret; it would be written to the job script. "
-                    f"Export it in your shell instead (Slurm passes your environment to the job)"
-                )
         for key in ("max_retries", "max_num_timeout", "signal_delay_s"):
             if int(self.params[key]) < 0:
                 problems.append(f"hydra.launcher.{key}={self.params[key]}: expected an integer >= 0")

@@ -23,6 +23,7 @@ interpolation grammar were nearly all of the time):
 """
 
 import copy
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,7 +203,31 @@ def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequenc
             continue
         errors += [f"run {idx} ({' '.join(overrides) or 'no overrides'}): {p}" for p in problems]
         runs.append(run)
-    return runs, errors
+    return runs, placement_problems(runs, bases) + errors
+
+
+def placement_problems(runs: Sequence[Run], bases: Dict[Tuple[str, ...], _Base]) -> List[str]:
+    """One line when a run dir falls outside its sweep dir (``hydra.sweep.subdir=../x``, an absolute one),
+    and one naming the first two points that share a run dir (``hydra.sweep.subdir=same``): the second
+    would resume from the first's state."""
+    inside = tuple({os.path.normpath(os.path.abspath(b.sweep_dir)) + os.sep for b in bases.values()})
+    seen: Dict[str, Run] = {}
+    out: List[str] = []
+    for run in runs:
+        where = str(run.run_dir)  # absolute already; normalized only where it may hold a '..' or '//'
+        if "/." in where or "//" in where:
+            where = os.path.normpath(where)
+        if not where.startswith(inside) and not out:
+            subdir = next(iter(bases.values())).subdir if bases else "?"
+            out.append(f"hydra.sweep.subdir={subdir!r}: run {run.idx}'s dir {where} is not inside the sweep dir; "
+                       f"expected a relative path below it, such as ${{hydra.job.num}}")
+        first = seen.setdefault(where, run)
+        if first is not run:
+            shared = sum(1 for r in runs if os.path.normpath(str(r.run_dir)) == os.path.normpath(where))
+            return out + [f"run {first.idx} ({' '.join(first.overrides)}) and run {run.idx} ({' '.join(run.overrides)}) "
+                          f"have the same run dir {where} ({shared} points in all share it): expected "
+                          f"hydra.sweep.subdir to differ per point, such as ${{hydra.job.num}}"]
+    return out
 
 
 def _plain(o: Any) -> bool:
@@ -330,13 +355,14 @@ def _split(full: DictConfig, by_values: bool = False) -> _Base:
     task = copy.deepcopy(full)
     with open_dict(task):
         del task["hydra"]
-    subdir = OmegaConf.to_container(full.hydra.sweep, resolve=False)["subdir"]
+    sweep: Any = OmegaConf.to_container(full.hydra.sweep, resolve=False)
+    subdir = sweep["subdir"]
     return _Base(
         task=task,
         subdir=subdir,
         sweep_dir=str(full.hydra.sweep.dir),
         job_name=str(full.hydra.job.name),
-        dirname=OmegaConf.to_container(full.hydra.job.config.override_dirname, resolve=True),
+        dirname=OmegaConf.to_container(full.hydra.job.config.override_dirname, resolve=True),  # type: ignore[arg-type]
         template=_template(_named_by_values(full, subdir) if by_values else subdir),
         typed_template=_template(subdir),
     )
@@ -348,7 +374,7 @@ HYDRA_SUBDIR = "${hydra.job.num}"  # Hydra's own hydra.sweep.subdir: run dirs 0,
 def _named_by_values(full: DictConfig, subdir: Any) -> Any:
     """Hydra's default subdir (a user's app that keeps it) becomes hpctrain's: run dirs named by index and
     swept values, as for hpctrain's own app. A subdir the command line sets is kept as it is."""
-    typed = OmegaConf.to_container(full.hydra.overrides.hydra, resolve=False)  # as typed: not resolved here
+    typed: Any = OmegaConf.to_container(full.hydra.overrides.hydra, resolve=False)  # as typed: not resolved here
     if subdir != HYDRA_SUBDIR or any(str(o).lstrip("+").startswith("hydra.sweep.subdir=") for o in typed):
         return subdir
     return DIRNAME_TEMPLATE

@@ -21,12 +21,19 @@ from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
 from hpctrain.core import manifest
 from hpctrain.core.redact import REDACTED, is_secret_key, redact_config
+from hpctrain.core.run import RunSpec
 
 
 def swept_keys(task_overrides: List[str]) -> Dict[str, str]:
-    """``["lr=0.001", "model=cnn", "+model.width=24"]`` -> ``{"lr": "0.001", "model": "cnn", "model.width": "24"}``."""
+    """``["lr=0.001", "model=cnn", "+model.width=24"]`` -> ``{"lr": "0.001", "model": "cnn", "model.width": "24"}``.
+    ``task_overrides``: this run's own, as Hydra gave them to it (never sweep.json's redacted copies)."""
     out: Dict[str, str] = {}
-    for override in OverridesParser.create().parse_overrides(list(task_overrides)):
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(task_overrides))
+    except Exception:  # noqa: BLE001 - the table is for reading: a line the grammar refuses is read as text
+        as_text = RunSpec(0, tuple(task_overrides), Path()).values()
+        return {k: REDACTED if is_secret_key(k) else v for k, v in as_text.items()}
+    for override in parsed:
         if not override.is_delete():
             key = override.key_or_group
             out[key] = REDACTED if is_secret_key(key) else override.get_value_element_as_str()
@@ -57,7 +64,7 @@ def sweep_swept(run_dir: Optional[Path], own: Dict[str, str]) -> Dict[str, str]:
     found = manifest.read(run_dir.parent) if run_dir is not None else None
     if found is None or len(found.runs) < 2 or not any(e.spec.run_dir == run_dir for e in found.runs.values()):
         return own
-    values = [swept_keys(list(e.spec.overrides)) for e in found.runs.values()]
+    values = [e.spec.values() for e in found.runs.values()]  # as text: a secret's value there is <redacted>
     varying = {k for k in {k for v in values for k in v} if len({v.get(k) for v in values}) > 1}
     return {k: v for k, v in own.items() if k in varying}
 
