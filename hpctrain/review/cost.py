@@ -37,7 +37,7 @@ class Allocation:
 
 def allocation(sweep_dir: Path) -> Allocation:
     """The per-task allocation from the sweep's saved Hydra config; nothing asked of Slurm."""
-    import yaml  # type: ignore[import-untyped]
+    import yaml
 
     try:
         with open(safefs.open_read(Path(sweep_dir) / "multirun.yaml")) as f:  # a planted link is not followed

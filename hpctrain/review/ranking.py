@@ -118,7 +118,7 @@ def _launch_cwd(run_dir: "Optional[str | Path]") -> Optional[str]:
         return None
     path = RunPaths(run_dir).hydra_yaml
     try:
-        import yaml  # type: ignore[import-untyped]
+        import yaml
 
         with open(safefs.open_read(path)) as f:  # a planted link is not followed
             cfg = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

@@ -206,12 +206,12 @@ def _plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequenc
     return runs, placement_problems(runs, bases) + errors
 
 
-def placement_problems(runs: Sequence[Run], bases: Dict[Tuple[str, ...], _Base]) -> List[str]:
+def placement_problems(runs: Sequence[PlannedRun], bases: Dict[Tuple[str, ...], _Base]) -> List[str]:
     """One line when a run dir falls outside its sweep dir (``hydra.sweep.subdir=../x``, an absolute one),
     and one naming the first two points that share a run dir (``hydra.sweep.subdir=same``): the second
     would resume from the first's state."""
     inside = tuple({os.path.normpath(os.path.abspath(b.sweep_dir)) + os.sep for b in bases.values()})
-    seen: Dict[str, Run] = {}
+    seen: Dict[str, PlannedRun] = {}
     out: List[str] = []
     for run in runs:
         where = str(run.run_dir)  # absolute already; normalized only where it may hold a '..' or '//'
