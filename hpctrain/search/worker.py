@@ -185,9 +185,7 @@ class SearchWorker:
             config.hydra.job.id = f"{me}_trial{a.number}"
         lead = study is not None
         if lead:
-            if OmegaConf.is_interpolation(config, "max_steps"):  # it may read ${hydra:...}: this unit's, then
-                HydraConfig.instance().set_config(config)  # (run_job sets it for the run in any case)
-            self._register(a, dirname, overrides, me, OmegaConf.select(config, "max_steps", default=None))
+            self._register(a, dirname, overrides, me, app_max_steps(config))
         trial = live_trial(study, a.trial_id) if lead else None
         beat = _Heartbeat(studies.alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
         _running["run_dir"] = run_dir
@@ -326,6 +324,16 @@ def objective_value(result: Any, run_dir: Path, metric: Optional[str]) -> Option
         if isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(float(c)):
             return float(c)
     return None
+
+
+def app_max_steps(config: Any) -> Optional[int]:
+    """The trial's ``max_steps`` for its sweep.json entry; None for an app whose config has no such key
+    (a struct config raises on a missing key: every worker died at its first trial)."""
+    if "max_steps" not in config:
+        return None
+    if OmegaConf.is_interpolation(config, "max_steps"):  # it may read ${hydra:...}: this unit's, then
+        HydraConfig.instance().set_config(config)  # (run_job sets it for the run in any case)
+    return OmegaConf.select(config, "max_steps", default=None)
 
 
 def _fresh_rendezvous_port(seq: int) -> None:
