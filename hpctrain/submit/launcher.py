@@ -170,6 +170,8 @@ class BaseLauncher(Launcher):
 
     def _submit(self, runs: List[Run], sweep_dir: Path) -> Sequence[JobReturn]:
         assert self.task_function is not None
+        if not self.params.dry_run:
+            self.cancel_orphans(sweep_dir)  # before the queue is asked what is left to run
         app = events.app_fingerprint(self.task_function)
         if self.code.copy is not None:  # the user's own modules are the same code too
             app = rerun.fingerprint(app, self.code.copy.files)
@@ -209,6 +211,9 @@ class BaseLauncher(Launcher):
                               lambda ids: self.record_job_ids(sweep_dir, ids))
         jobs = [j for t, j in zip(submission.tasks, task_jobs) for _ in t]  # one per run: packed runs share
         return self.finish(todo, jobs, sweep_dir)
+
+    def cancel_orphans(self, sweep_dir: Path) -> None:
+        """Jobs an earlier, interrupted command of this sweep queued and never recorded (Slurm's only)."""
 
     def in_queue(self, job_ids: List[str]) -> Optional[Set[str]]:
         """Which of ``job_ids`` are still queued or running (None: unknown). Local: the live controllers."""
