@@ -13,6 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from hpctrain.core import events
+from hpctrain.core.app_contract import AppContract, attach
 from hpctrain.core import summary
 from hpctrain.submit.checks import unread_keys, validate_job
 from hpctrain.schema import RETUNABLE, register_configs
@@ -81,12 +82,14 @@ def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:
     summary.write(run_dir)
 
 
-# The launcher calls this on the login node for every sweep point before submitting anything.
-train.validate_job = validate_job  # type: ignore[attr-defined]
-train.unread_keys = unread_keys  # type: ignore[attr-defined]
-# The keys the trainer applies on resume (Trainer.retune): what scheduler=pbt may explore.
-train.mutable_keys = RETUNABLE  # type: ignore[attr-defined]
-# Packed runs (runs_per_task > 1) are forked from one process per task that imports these first.
-train.preload = ("hpctrain.train.trainer", "hpctrain.train.distributed")  # type: ignore[attr-defined]
+# What the launcher, the search sweeper and the packed runner know of this app (hpctrain.core.app_contract).
+attach(train, AppContract(
+    validate=validate_job,  # every sweep point, on the login node, before anything is submitted
+    unread_keys=unread_keys,
+    mutable_keys=frozenset(RETUNABLE),  # the keys Trainer.retune applies on resume: what scheduler=pbt may explore
+    preload=("hpctrain.train.trainer", "hpctrain.train.distributed"),  # imported once per packed task, before its fork
+    objective_metric="val/loss",
+    gpu_per_rank=True,
+))
 
 main = hydra.main(version_base="1.3", config_path="pkg://hpctrain.conf", config_name="config")(train)

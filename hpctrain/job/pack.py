@@ -4,7 +4,7 @@ The task (one Slurm array task, or one local job) runs :class:`PackJob`: it fork
 per sweep point of its pack, each running the same :class:`~hpctrain.job.wrapper.SweepJob`
 a one-run task would, so each packed run keeps its own run dir, metrics, run record, retries and
 preemption handling; its output goes to ``<run_dir>/.hpctrain/task.log``. Forked, not started afresh:
-the heavy imports the task function names in its ``preload`` attribute (hpctrain's app: the trainer,
+the heavy imports the task function's contract names in its ``preload`` (hpctrain's app: the trainer,
 hence torch) are done once per task, before the fork, not once per run (torch's import alone is
 1.3 s). Nothing touches CUDA before the fork: each child sets its own ``CUDA_VISIBLE_DEVICES`` first.
 
@@ -42,6 +42,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain._compat.submitit import checkpoint_for_requeue, preemption_signal
 from hpctrain.core import paths as runfiles
+from hpctrain.core.app_contract import contract_of
 from hpctrain.core.state import FINAL, State
 from hpctrain.core.run import RunSpec
 from hpctrain.job.preemption import TERM_BY_PARENT_ENV, Term, decides_term, requeue_with, term_meaning_now
@@ -221,7 +222,7 @@ class PackJob:
 
         with open(self.payload, "rb") as f:
             task_function = cloudpickle.load(f)[1]
-        for module in getattr(task_function, "preload", ()):
+        for module in contract_of(task_function).preload:
             importlib.import_module(module)
 
     def _fork(self, spec: RunSpec, point: Dict[str, Any], gpu: Optional[str], cpus: List[int]) -> int:
