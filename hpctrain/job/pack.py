@@ -45,6 +45,8 @@ from hpctrain.core import paths as runfiles
 from hpctrain.core.app_contract import contract_of
 from hpctrain.core.state import FINAL, State
 from hpctrain.core.run import RunSpec
+from hpctrain.job import lifecycle
+from hpctrain.job.lifecycle import Lifecycle, Outcome
 from hpctrain.job.preemption import TERM_BY_PARENT_ENV, Term, decides_term, requeue_with, term_meaning_now
 
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
@@ -182,12 +184,9 @@ class PackJob:
                     sys.exit(0)
                 requeue_with(submitit_handler, signum)  # submitit: checkpoint() below, scontrol requeue, exit
             except Exception as exc:  # submitit will not requeue (max_num_timeout used up): those runs timed out
-                from hpctrain.core import summary
-
                 for spec, _ in children:
                     if codes.get(spec.idx) == REQUEUE_EXIT:
-                        events.timed_out(spec.run_dir, str(exc))
-                        summary.write(spec.run_dir)
+                        Lifecycle(spec.run_dir).end(Outcome.TIMED_OUT, error=str(exc))
                 raise
         signal.signal(signum, submitit_handler)
         signal.signal(signal.SIGTERM, term_handler)
@@ -200,8 +199,6 @@ class PackJob:
     def _cut_short(self, spec: RunSpec, pid: int, wait_s: float) -> int:
         """A run not checkpointed ``wait_s`` after the signal: killed so that the task still requeues; it
         resumes from its last complete checkpoint. Its exit code as the parent counts it."""
-        from hpctrain.core import events, summary
-
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         line = (f"hpctrain pack: #{spec.idx} {spec.name} cut short: not checkpointed {wait_s:.0f} s after the "
@@ -209,9 +206,8 @@ class PackJob:
                 f"margin); killed pid {pid}, it resumes from its last complete checkpoint")
         print(line, flush=True)
         _note(spec.run_dir, line)
-        if events.requeued(spec.run_dir, cut_short=True) is None:  # it ended (completed, cancelled) meanwhile
+        if not lifecycle.requeue(spec.run_dir, cut_short=True):  # it ended (completed, cancelled) meanwhile
             return 0
-        summary.write(spec.run_dir)
         return REQUEUE_EXIT
 
     def _preload(self) -> None:
@@ -276,9 +272,6 @@ def _ranges(cpus: List[int]) -> str:
 def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
     """One packed run, in its own process: SweepJob as a one-run task would call it (``point_json``: the
     run's :meth:`RunSpec.to_json`)."""
-    from hpctrain.core import events
-    from hpctrain.core import summary
-
     point = json.loads(point_json)
     spec = RunSpec.from_json(point, Path(sweep_dir))
     idx, run_dir = spec.idx, spec.run_dir
@@ -286,9 +279,8 @@ def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
 
     def requeue(sig: int, frame: Any) -> None:
         """The trainer hands the signal here after its checkpoint (or it came before training began)."""
-        if events.requeued(run_dir) is None:  # final (completed, cancelled): nothing to requeue, let it end
+        if not lifecycle.requeue(run_dir):  # final (completed, cancelled): nothing to requeue, let it end
             return
-        summary.write(run_dir)
         os._exit(REQUEUE_EXIT)
 
     signal.signal(signum, requeue)
@@ -308,7 +300,7 @@ def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
             sys.modules["torch"].set_num_threads(int(n))
     try:
         SweepJob(payload, sweep_dir, app)(point)
-    except BaseException as exc:  # noqa: BLE001 - recorded by SweepJob; the exit code tells the parent
+    except BaseException as exc:  # noqa: BLE001 - recorded by SweepJob's lifecycle; the exit code tells the parent
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             return 0
         print(f"hpctrain pack: #{idx} failed: {exc!r}", file=sys.stderr, flush=True)
