@@ -43,12 +43,13 @@ class SweepJob:
         self.sweep_dir = sweep_dir
         self.app = app  # the task function's fingerprint: a rerun of the same code skips completed runs
 
-    def __call__(self, run: Dict[str, Any]) -> JobReturn:
-        """One run, as the plan decided it (:meth:`RunSpec.to_json`): Hydra's output dir is its run dir."""
+    def __call__(self, run: Dict[str, Any]) -> "JobReturn | Dict[str, Any] | None":
+        """One run, as the plan decided it (:meth:`RunSpec.to_json`): Hydra's output dir is its run dir.
+        Hydra's ``JobReturn``; for a run completed before, its metrics."""
         spec = RunSpec.from_json(run, Path(self.sweep_dir))
         life = Lifecycle(spec.run_dir, app=self.app)
         if life.completed_before():  # done by another job of the sweep: nothing to start
-            return (summary.read(spec.run_dir) or {}).get("metrics")  # type: ignore[return-value]
+            return (summary.read(spec.run_dir) or {}).get("metrics")
         env = submitit.JobEnvironment()
         life.rank, life.job_id = env.global_rank, env.job_id
         try:
@@ -63,10 +64,10 @@ class SweepJob:
                     pass
             raise
 
-    def _run(self, spec: RunSpec, life: Lifecycle, env: submitit.JobEnvironment) -> JobReturn:
+    def _run(self, spec: RunSpec, life: Lifecycle, env: submitit.JobEnvironment) -> "JobReturn | Dict[str, Any] | None":
         run_dir = str(spec.run_dir)
         if not life.begin(host=env.hostname):  # completed meanwhile by another job of the sweep
-            return (summary.read(run_dir) or {}).get("metrics")  # type: ignore[return-value]
+            return (summary.read(run_dir) or {}).get("metrics")
         payload = load_payload(self.payload)
         sweep_config = payload.hydra_context.config_loader.load_sweep_config(payload.config, list(spec.overrides))
         with open_dict(sweep_config.hydra):
