@@ -10,18 +10,15 @@ each end, whatever wraps the app; no environment variable decides it.
 :meth:`Lifecycle.end` maps what the attempt produced to its state through ONE table, :data:`DECISIONS`, and
 writes that state's event and the summary (metrics.json, :mod:`hpctrain.core.summary`) once: a second
 ``end`` of the same attempt (the trainer recorded ``pruned``, then the worker settles the trial) writes
-nothing and answers the first decision. What the attempt produced (:func:`outcome_of`):
+nothing and answers the first decision. What the attempt produced (:func:`outcome_of`)::
 
-=================================  ============  ==========  =====================================================
-what the attempt produced          outcome       state       retried? (decided after all tasks ended, attempt_ended)
-=================================  ============  ==========  =====================================================
-returned, at max_steps             COMPLETED     completed   no (final)
-returned at a search unit's end    PAUSED        paused      no: a promotion starts the next unit
-the pruner / scheduler stopped it  PRUNED        pruned      no (final)
-an exception (any rank)            FAILED        failed      yes, within max_retries, unless deterministic
-submitit gave up at the time limit TIMED_OUT     timeout     no (final)
-the preemption signal, checkpointed REQUEUED     requeued    no: Slurm requeues the job, the run resumes
-=================================  ============  ==========  =====================================================
+    what the attempt produced             outcome     state       retried? (decided after all tasks ended)
+    returned, at max_steps                COMPLETED   completed   no (final)
+    returned at a search unit's end       PAUSED      paused      no: a promotion starts the next unit
+    the pruner / scheduler stopped it     PRUNED      pruned      no (final)
+    an exception (any rank)               FAILED      failed      yes, within max_retries, unless deterministic
+    submitit gave up at the time limit    TIMED_OUT   timeout     no (final)
+    the preemption signal, checkpointed   REQUEUED    requeued    no: Slurm requeues the job, the run resumes
 
 Each decision also says which ranks write it: the run's own outcome rank 0 only; an error each rank that
 raised it (the fold prefers a rank's own error to the fallout the others saw). No torch here.
