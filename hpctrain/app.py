@@ -5,6 +5,7 @@ Imported on login nodes (it is the Hydra app), so torch is imported only inside 
 
 import logging
 import os
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -13,6 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from hpctrain.core import events
+from hpctrain.core.app_contract import AppContract, attach
 from hpctrain.core import summary
 from hpctrain.submit.checks import unread_keys, validate_job
 from hpctrain.schema import RETUNABLE, register_configs
@@ -38,7 +40,10 @@ def train(cfg: DictConfig) -> float:
     problems = validate_job(cfg)
     if problems:
         raise ValueError("; ".join(problems))
-    for warning in unread_keys(cfg) if not os.environ.get(events.RECORDED_ENV) else ():  # run mode: said here
+    from hpctrain.job import lifecycle
+
+    owner = lifecycle.current()  # the job wrapper's or the search worker's; None: run directly
+    for warning in unread_keys(cfg) if owner is None else ():  # run mode: said here (the launcher said it)
         log.warning(warning)
 
     from hpctrain.job.preemption import PreemptionGuard
@@ -47,46 +52,39 @@ def train(cfg: DictConfig) -> float:
     from hpctrain.train.trainer import Trainer
 
     info, failed = None, True
+    own: Optional[lifecycle.Lifecycle] = None
     try:
         info = init_distributed(cfg.device)  # inside: a GPU job without CUDA is recorded failed too
-        own_record = info.is_main and not os.environ.get(events.RECORDED_ENV)  # run mode: no job wrapper
-        if own_record:
-            events.started(run_dir)
+        if owner is None:  # run mode (python -m hpctrain, torchrun): this run's life is the app's own
+            own = lifecycle.Lifecycle(run_dir, rank=info.rank)
+            own.begin()
         trial = bridge.current()  # the search trial this run is, or None
-        trainer = Trainer(cfg, run_dir, info, hooks=[PreemptionGuard(), *([trial] if trial else [])])
-        result = trainer.fit()
-        if own_record:
-            events.completed(run_dir)
-            summary.write(run_dir)
+        with lifecycle.active(own) if own is not None else nullcontext():
+            trainer = Trainer(cfg, run_dir, info, hooks=[PreemptionGuard(), *([trial] if trial else [])])
+            result = trainer.fit()
+        if own is not None:
+            own.end(lifecycle.Outcome.COMPLETED)
         objective = result["objective"]
         log.info("run %s: step %d, %s %s", run_dir, result["step"], objective["metric"], objective["value"])
         failed = False
         return objective_value(result)
     except Exception as exc:
-        record_failure(run_dir, exc, info.rank if info else int(os.environ.get("RANK", 0)))
+        if owner is None:  # under a launcher the owner records it (for any app)
+            mine = own or lifecycle.Lifecycle(run_dir, rank=info.rank if info else int(os.environ.get("RANK", 0)))
+            mine.end(lifecycle.Outcome.FAILED, error=lifecycle.error_tail(exc))
         raise
     finally:
         teardown(failed)  # after a failure: abort, never wait on ranks that may be gone
 
 
-def record_failure(run_dir: Path, exc: BaseException, rank: int) -> None:
-    """This rank's error in the run record; the record, not the order of writing, decides that a rank's
-    own error wins over the collective fallout the other ranks see. Under hpctrain's launchers the job
-    wrapper records it (for any app); in run mode the app does."""
-    if os.environ.get(events.RECORDED_ENV):
-        return
-    from hpctrain.train.trainer import error_tail
-
-    events.failed(run_dir, error_tail(exc), rank=rank)
-    summary.write(run_dir)
-
-
-# The launcher calls this on the login node for every sweep point before submitting anything.
-train.validate_job = validate_job  # type: ignore[attr-defined]
-train.unread_keys = unread_keys  # type: ignore[attr-defined]
-# The keys the trainer applies on resume (Trainer.retune): what scheduler=pbt may explore.
-train.mutable_keys = RETUNABLE  # type: ignore[attr-defined]
-# Packed runs (runs_per_task > 1) are forked from one process per task that imports these first.
-train.preload = ("hpctrain.train.trainer", "hpctrain.train.distributed")  # type: ignore[attr-defined]
+# What the launcher, the search sweeper and the packed runner know of this app (hpctrain.core.app_contract).
+attach(train, AppContract(
+    validate=validate_job,  # every sweep point, on the login node, before anything is submitted
+    unread_keys=unread_keys,
+    mutable_keys=frozenset(RETUNABLE),  # the keys Trainer.retune applies on resume: what scheduler=pbt may explore
+    preload=("hpctrain.train.trainer", "hpctrain.train.distributed"),  # imported once per packed task, before its fork
+    objective_metric="val/loss",
+    gpu_per_rank=True,
+))
 
 main = hydra.main(version_base="1.3", config_path="pkg://hpctrain.conf", config_name="config")(train)

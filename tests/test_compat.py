@@ -290,3 +290,18 @@ def test_node_flag_is_a_nodes_own_flag_not_the_inherited_one():
     assert omegaconf_compat.node_flag(cfg, "readonly") is True and omegaconf_compat.node_flag(cfg.a, "readonly") is None
     OmegaConf.set_readonly(cfg.a, False)
     assert omegaconf_compat.node_flag(cfg.a, "readonly") is False
+
+
+def test_unsent_scripts_are_the_submission_files_submitit_wrote_and_never_moved(tmp_path):
+    """submitit writes ``.submission_file_<uuid>.sh`` before sbatch and moves it (a symlink left behind) once
+    sbatch answered: a plain file left there is an sbatch whose job id it never took in."""
+    from submitit.core.core import PicklingExecutor as Executor
+
+    assert ".submission_file_" in inspect.getsource(Executor._submit_command)
+    assert "keep_as_symlink=True" in inspect.getsource(Executor._submit_command)
+    folder = tmp_path / "submitit"
+    folder.mkdir()
+    (folder / ".submission_file_aa.sh").write_text("#!/bin/sh\n")
+    (folder / "12_submission.sh").write_text("#!/bin/sh\n")
+    (folder / ".submission_file_bb.sh").symlink_to(folder / "12_submission.sh")
+    assert submitit_compat.unsent_scripts(str(folder / "%j")) == [str(folder / ".submission_file_aa.sh")]

@@ -3,6 +3,7 @@ which imports nothing of hpctrain), swept locally and on the test cluster; its r
 run's metrics; status, report, retries and the rerun that skips completed runs work for it."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,46 @@ def test_a_deterministic_error_fails_at_once_and_a_transient_one_is_retried(tmp_
     (run_dir,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert record_kinds(run_dir) == ["submitted", "started", "failed"]  # not retried
     assert "failed with ValueError: bad_config=1: expected nothing here: the same error would come back" in proc.stderr
+
+
+def _search_an_app_without_max_steps(sweep: Path, launcher: str, cwd: Path) -> subprocess.CompletedProcess:
+    """A search over an app whose config has no ``max_steps`` (scheduler none): its workers once died at their
+    first trial (``Key 'max_steps' is not in struct``)."""
+    return sweep_app(["hydra/sweeper=search", "+x=interval(0,2)", "+number_only=true", "hydra.sweeper.n_trials=4",
+                      "hydra.sweeper.n_workers=2", f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}",
+                      *(["hydra.launcher.max_parallel=2"] if launcher == "local" else [])], cwd)
+
+
+def _trials_completed(sweep: Path) -> list:
+    import optuna
+
+    study = optuna.load_study(study_name="search", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(sweep / ".hpctrain" / "study.journal"))))
+    return [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+
+
+def test_a_search_over_an_app_without_max_steps_runs_its_trials_locally(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = _search_an_app_without_max_steps(sweep, "local", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "max_steps" not in proc.stdout + proc.stderr
+    assert len(_trials_completed(sweep)) == 4, proc.stdout + proc.stderr
+    assert re.search(r"\[4/4 done, 0 running, 0 failed\]$", proc.stdout, re.M), proc.stdout
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_a_search_over_an_app_without_max_steps_runs_its_trials_on_slurm(tmp_path):
+    from slurm_helpers import cancel, job_id, queued, wait_for
+
+    sweep = tmp_path / "sweep"
+    proc = _search_an_app_without_max_steps(sweep, "slurm", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = job_id(sweep)
+    try:
+        wait_for(lambda: not queued(job), 300, "the workers to finish the study")
+        logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.err"))
+        assert "is not in struct" not in logs, logs[-2000:]
+        assert len(_trials_completed(sweep)) == 4, logs[-2000:]
+    finally:
+        cancel(job)

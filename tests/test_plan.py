@@ -22,18 +22,19 @@ pytestmark = pytest.mark.login  # login-node code: also run against the oldest a
 # which an in-process run after other tests would trip over), with hpctrain's validate_job spied on: every
 # point's full resolve and the plan's plain copy go to the file named by argv[1], as JSON.
 DRIVER = """
-import json, sys
+import dataclasses, json, sys
 from omegaconf import OmegaConf
 from hpctrain.__main__ import main
 from hpctrain.app import train
+from hpctrain.core.app_contract import attach, contract_of
 
-seen, real, out = [], train.validate_job, sys.argv[1]  # main() rewrites sys.argv
+seen, real, out = [], contract_of(train).validate, sys.argv[1]  # main() rewrites sys.argv
 
 def spy(cfg, world_size=1, plain=None):
     seen.append([OmegaConf.to_container(cfg, resolve=True), plain])
     return real(cfg, world_size=world_size, plain=plain)
 
-train.validate_job = spy
+attach(train, dataclasses.replace(contract_of(train), validate=spy))
 try:
     main(sys.argv[2:])
 finally:

@@ -174,6 +174,38 @@ def test_an_sbatch_that_fails_on_the_second_array_keeps_the_first_recorded(tmp_p
     assert set(states(sweep).values()) == {"cancelled"}
 
 
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_an_array_queued_by_a_command_killed_before_it_recorded_it_is_cancelled_by_the_rerun(tmp_path):
+    """The login command killed right after its 2nd array's sbatch: that array is in no sweep.json. The same
+    command again cancels it before submitting its runs again; else both jobs would run them."""
+    sweep = tmp_path / "sweep"
+    bin_dir = wrapped_bin(tmp_path, sbatch="killed_after", scontrol="max_array_size")
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "KILL_AT": "2", "KILL_STATE": str(tmp_path),
+           "MAX_ARRAY_SIZE": "2"}
+    killed = run_hpctrain(sweep_args(sweep, "1,2,3", HOLD), cwd=tmp_path, env=env, check=False, timeout=120)
+    orphan = "".join(c for c in (tmp_path / ".sbatch.killed").read_text() if c.isdigit())
+    try:
+        assert killed.returncode == -9, killed.stdout + killed.stderr
+        (first,) = sweep_json(sweep)["submissions"][0]["job_ids"]
+        assert orphan and orphan != first and len(queued(orphan)) == 1  # queued, recorded nowhere
+        assert sweep_json(sweep)["runs"]["2"]["job_id"] is None
+
+        rest = run_hpctrain(sweep_args(sweep, "1,2,3", HOLD), cwd=tmp_path, env={"MAX_ARRAY_SIZE": "2"}, timeout=180)
+        assert f"cancelled Slurm job(s) {orphan}: queued by an earlier command of this sweep" in rest.stderr, rest.stderr
+        assert not queued(orphan)
+        m = sweep_json(sweep)
+        assert m["submissions"][-1]["runs"] == [2] and m["runs"]["2"]["job_id"]
+        assert len(queue_tasks(all_job_ids(sweep))) == 3  # the first array's 2 tasks and run 2's new one
+        again = run_hpctrain(sweep_args(sweep, "1,2,3", HOLD), cwd=tmp_path, timeout=120)  # nothing left to cancel
+        assert "cancelled" not in again.stderr and "3 run(s) left alone" in again.stdout, again.stdout
+    finally:
+        cancel(orphan)
+        run_hpctrain(["cancel", str(sweep)], cwd=tmp_path, check=False, timeout=120)
+        for j in all_job_ids(sweep):
+            cancel(j)
+
+
 UNPICKLABLE_APP = '''
 import threading
 

@@ -123,3 +123,18 @@ def private_pickles() -> None:
 
     cloudpickle_dump.hpctrain = True  # type: ignore[attr-defined]
     utils.cloudpickle_dump = cloudpickle_dump
+
+
+def unsent_scripts(folder: "str | os.PathLike[str]") -> "list[str]":
+    """The sbatch scripts submitit wrote whose job id it never took in: ``.submission_file_<uuid>.sh`` in the
+    job-independent part of ``folder``, still a plain file (submitit moves it into the job's folder and leaves
+    a symlink once ``sbatch`` has answered). Each is an sbatch that failed, or whose caller was killed."""
+    from submitit.core.utils import JobPaths
+
+    base = JobPaths.get_first_id_independent_folder(os.fspath(folder))
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    paths = (os.path.join(base, n) for n in names if n.startswith(".submission_file_") and n.endswith(".sh"))
+    return sorted(p for p in paths if not os.path.islink(p) and os.path.isfile(p))

@@ -54,9 +54,6 @@ from hpctrain.core.paths import METRICS, RECORD_DIR, RunPaths
 from hpctrain.core.state import ACTIVE, FINAL, Event, EventKind, RunState, State, fold, placed  # noqa: F401
 
 PathLike = Union[str, Path]
-# Set by the launcher's job wrapper for the task function: the wrapper keeps the record of this run;
-# an app run without it (``python -m hpctrain`` in run mode) keeps its own.
-RECORDED_ENV = "HPCTRAIN_RECORDED"
 
 # What a rank sees when another rank of the job died (gloo, NCCL): the fallout, not the cause.
 FALLOUT_MARKERS = ("Connection closed by peer", "Connection reset by peer", "remote worker", "NCCL communicator",

@@ -6,25 +6,60 @@ packed task's entry in RUNS lists its runs); the local launcher calls :func:`att
 ends. A run whose record still says running when its tasks are gone died without a word (killed, out
 of memory, node failure): it is recorded failed. A failed attempt, whichever rank crashed, is retried
 while the budget lasts: ``retrying`` in the record, then the job is requeued (Slurm) or submitted
-again (local launcher). No torch here.
+again (local launcher). An attempt ends only its own: in a Slurm job, a run whose record is at another
+job's attempt (an orphan array of an interrupted submission, whose runs were submitted again) is left alone
+(:func:`owns_attempt`). No torch here.
 """
 
 import json
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
-from hpctrain.core import events, summary
-from hpctrain.core.state import State
+from hpctrain.core import events, manifest, summary
+from hpctrain.core.state import EventKind, RunState, State
 from hpctrain.core.errors import DiskFullError, deterministic, last_line
 from hpctrain.core.run import RunSpec
 from hpctrain.slurm import query as slurm
 
 
-def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "") -> Optional[int]:
-    """Record a silent death, decide a retry; the retry number when the run is to be retried, else None."""
+def job_of_key(key: Optional[str]) -> Optional[str]:
+    """The Slurm job (``123_4``) of a record key (``123_4r1``): the restart count dropped."""
+    return key.rsplit("r", 1)[0] if key else None
+
+
+def owns_attempt(rs: RunState, key: Optional[str], recorded_job: Callable[[], Optional[str]]) -> bool:
+    """Whether the attempt the record is at belongs to the Slurm job of ``key`` (this teardown's).
+
+    Running: its ``started`` names the job; retrying: the teardown that wrote ``retrying`` (the same job,
+    requeued); queued (submitted, not started): the job sweep.json gives the run (``recorded_job``).
+    An event without a key (written outside Slurm), or no key of ours: the attempt counts as ours."""
+    mine = job_of_key(key)
+    if mine is None:
+        return True
+    if rs.state is State.RUNNING and rs.last_start is not None:
+        theirs = job_of_key(rs.last_start.key)
+    elif rs.state is State.RETRYING:
+        retry = [e for e in rs.events if e.kind is EventKind.RETRYING]
+        theirs = job_of_key(retry[-1].key) if retry else None
+    elif rs.state is State.QUEUED:
+        theirs = recorded_job()
+    else:
+        return True
+    return theirs is None or theirs == mine
+
+
+def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "",
+                  recorded_job: Callable[[], Optional[str]] = lambda: None) -> Optional[int]:
+    """Record a silent death, decide a retry; the retry number when the run is to be retried, else None.
+    A run at another job's attempt is left alone (None)."""
     rs = events.read(run_dir)
+    key = events.slurm_key()
+    if rs.state is not None and not owns_attempt(rs, key, recorded_job):
+        print(f"hpctrain: {run_dir.name}: its record is at another job's attempt, not this job's ({job_of_key(key)}): "
+              f"left alone", file=sys.stderr, flush=True)
+        return None
     # RETRYING too: a retry attempt whose tasks died before the run started (a packed task's parent
     # crashed, a broken environment) would otherwise stay "retrying" with nothing left to run it
     if rs.state in (State.RUNNING, State.QUEUED, State.RETRYING) and exit_code != 0:
@@ -44,23 +79,31 @@ def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log
     return attempt
 
 
-def task_run_dirs(runs_file: Path, index: int) -> List[Path]:
-    """The run dirs of task ``index`` of a submission's run list (``Submission.runs_json``: the sweep dir and,
-    per task, its runs' :meth:`RunSpec.to_json`); none for an index past its end."""
+def task_runs(runs_file: Path, index: int) -> "tuple[Optional[Path], List[tuple[Optional[int], Path]]]":
+    """The sweep dir and the runs (index, run dir) of task ``index`` of a submission's run list
+    (``Submission.runs_json``: the sweep dir and, per task, its runs' :meth:`RunSpec.to_json`); no runs for
+    an index past its end."""
     data = json.loads(runs_file.read_text())
     if isinstance(data, list):  # a submission made before run lists held RunSpecs: run dirs, a list per pack
         task = data[index] if 0 <= index < len(data) else []
-        return [Path(d) for d in (task if isinstance(task, list) else [task])]
+        return None, [(None, Path(d)) for d in (task if isinstance(task, list) else [task])]
     tasks, sweep_dir = data["tasks"], Path(data["sweep_dir"])
     if not 0 <= index < len(tasks):
-        return []
-    return [RunSpec.from_json(spec, sweep_dir).run_dir for spec in tasks[index]]
+        return sweep_dir, []
+    specs = [RunSpec.from_json(spec, sweep_dir) for spec in tasks[index]]
+    return sweep_dir, [(spec.idx, spec.run_dir) for spec in specs]
 
 
-def ended_or_said(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "") -> Optional[int]:
+def task_run_dirs(runs_file: Path, index: int) -> List[Path]:
+    """The run dirs of task ``index`` of a submission's run list (see :func:`task_runs`)."""
+    return [run_dir for _, run_dir in task_runs(runs_file, index)[1]]
+
+
+def ended_or_said(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "",
+                  recorded_job: Callable[[], Optional[str]] = lambda: None) -> Optional[int]:
     """:func:`attempt_ended`; on a full disk, the record unwritable, one line on stderr and no retry."""
     try:
-        return attempt_ended(run_dir, exit_code, max_retries, log_path)
+        return attempt_ended(run_dir, exit_code, max_retries, log_path, recorded_job)
     except DiskFullError as full:
         try:
             print(f"hpctrain: {run_dir.name} (exit code {exit_code}) cannot be recorded: {full}", file=sys.stderr,
@@ -72,9 +115,23 @@ def ended_or_said(run_dir: Path, exit_code: Optional[int], max_retries: int, log
 
 def main(argv: list) -> int:
     runs_file, index, exit_code, max_retries = argv[0], int(argv[1] or 0), int(argv[2]), int(argv[3])
-    run_dirs = task_run_dirs(Path(runs_file), index)
+    sweep_dir, runs = task_runs(Path(runs_file), index)
+    run_dirs = [run_dir for _, run_dir in runs]
     log = argv[4] if len(argv) > 4 else ""
-    retries = [ended_or_said(d, exit_code, max_retries, log) for d in run_dirs]  # every run decides, none skipped
+    read: List[Optional[manifest.Manifest]] = []  # sweep.json, read only if a queued run's job is asked
+
+    def recorded_job(idx: Optional[int]) -> Callable[[], Optional[str]]:
+        def job() -> Optional[str]:
+            if idx is None:
+                return None
+            if not read:
+                read.append(manifest.read(sweep_dir) if sweep_dir is not None else None)
+            entry = read[0].runs.get(idx) if read[0] is not None else None
+            return entry.job_id if entry is not None else None
+        return job
+
+    # every run decides, none skipped
+    retries = [ended_or_said(run_dir, exit_code, max_retries, log, recorded_job(idx)) for idx, run_dir in runs]
     if any(r is not None for r in retries):
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
         job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job_id else os.environ.get("SLURM_JOB_ID", "")

@@ -4,7 +4,7 @@ The task (one Slurm array task, or one local job) runs :class:`PackJob`: it fork
 per sweep point of its pack, each running the same :class:`~hpctrain.job.wrapper.SweepJob`
 a one-run task would, so each packed run keeps its own run dir, metrics, run record, retries and
 preemption handling; its output goes to ``<run_dir>/.hpctrain/task.log``. Forked, not started afresh:
-the heavy imports the task function names in its ``preload`` attribute (hpctrain's app: the trainer,
+the heavy imports the task function's contract names in its ``preload`` (hpctrain's app: the trainer,
 hence torch) are done once per task, before the fork, not once per run (torch's import alone is
 1.3 s). Nothing touches CUDA before the fork: each child sets its own ``CUDA_VISIBLE_DEVICES`` first.
 
@@ -42,8 +42,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain._compat.submitit import checkpoint_for_requeue, preemption_signal, private_pickles
 from hpctrain.core import paths as runfiles
+from hpctrain.core.app_contract import contract_of
 from hpctrain.core.state import FINAL, State
 from hpctrain.core.run import RunSpec
+from hpctrain.job import lifecycle
+from hpctrain.job.lifecycle import Lifecycle, Outcome
 from hpctrain.job.preemption import TERM_BY_PARENT_ENV, Term, decides_term, requeue_with, term_meaning_now
 
 private_pickles()  # the result pickle this job writes (the launcher reads it) not writable by the group
@@ -183,12 +186,9 @@ class PackJob:
                     sys.exit(0)
                 requeue_with(submitit_handler, signum)  # submitit: checkpoint() below, scontrol requeue, exit
             except Exception as exc:  # submitit will not requeue (max_num_timeout used up): those runs timed out
-                from hpctrain.core import summary
-
                 for spec, _ in children:
                     if codes.get(spec.idx) == REQUEUE_EXIT:
-                        events.timed_out(spec.run_dir, str(exc))
-                        summary.write(spec.run_dir)
+                        Lifecycle(spec.run_dir).end(Outcome.TIMED_OUT, error=str(exc))
                 raise
         signal.signal(signum, submitit_handler)
         signal.signal(signal.SIGTERM, term_handler)
@@ -201,8 +201,6 @@ class PackJob:
     def _cut_short(self, spec: RunSpec, pid: int, wait_s: float) -> int:
         """A run not checkpointed ``wait_s`` after the signal: killed so that the task still requeues; it
         resumes from its last complete checkpoint. Its exit code as the parent counts it."""
-        from hpctrain.core import events, summary
-
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         line = (f"hpctrain pack: #{spec.idx} {spec.name} cut short: not checkpointed {wait_s:.0f} s after the "
@@ -210,9 +208,8 @@ class PackJob:
                 f"margin); killed pid {pid}, it resumes from its last complete checkpoint")
         print(line, flush=True)
         _note(spec.run_dir, line)
-        if events.requeued(spec.run_dir, cut_short=True) is None:  # it ended (completed, cancelled) meanwhile
+        if not lifecycle.requeue(spec.run_dir, cut_short=True):  # it ended (completed, cancelled) meanwhile
             return 0
-        summary.write(spec.run_dir)
         return REQUEUE_EXIT
 
     def _preload(self) -> None:
@@ -223,7 +220,7 @@ class PackJob:
 
         with open(self.payload, "rb") as f:
             task_function = cloudpickle.load(f)[1]
-        for module in getattr(task_function, "preload", ()):
+        for module in contract_of(task_function).preload:
             importlib.import_module(module)
 
     def _fork(self, spec: RunSpec, point: Dict[str, Any], gpu: Optional[str], cpus: List[int]) -> int:
@@ -277,9 +274,6 @@ def _ranges(cpus: List[int]) -> str:
 def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
     """One packed run, in its own process: SweepJob as a one-run task would call it (``point_json``: the
     run's :meth:`RunSpec.to_json`)."""
-    from hpctrain.core import events
-    from hpctrain.core import summary
-
     point = json.loads(point_json)
     spec = RunSpec.from_json(point, Path(sweep_dir))
     idx, run_dir = spec.idx, spec.run_dir
@@ -287,9 +281,8 @@ def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
 
     def requeue(sig: int, frame: Any) -> None:
         """The trainer hands the signal here after its checkpoint (or it came before training began)."""
-        if events.requeued(run_dir) is None:  # final (completed, cancelled): nothing to requeue, let it end
+        if not lifecycle.requeue(run_dir):  # final (completed, cancelled): nothing to requeue, let it end
             return
-        summary.write(run_dir)
         os._exit(REQUEUE_EXIT)
 
     signal.signal(signum, requeue)
@@ -309,7 +302,7 @@ def child(payload: str, sweep_dir: str, point_json: str, app: str = "") -> int:
             sys.modules["torch"].set_num_threads(int(n))
     try:
         SweepJob(payload, sweep_dir, app)(point)
-    except BaseException as exc:  # noqa: BLE001 - recorded by SweepJob; the exit code tells the parent
+    except BaseException as exc:  # noqa: BLE001 - recorded by SweepJob's lifecycle; the exit code tells the parent
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             return 0
         print(f"hpctrain pack: #{idx} failed: {exc!r}", file=sys.stderr, flush=True)

@@ -27,11 +27,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-import cloudpickle
 import submitit
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.singleton import Singleton
-from hydra.core.utils import JobStatus, run_job, setup_globals
+from hydra.core.utils import JobStatus, run_job
 from omegaconf import OmegaConf, open_dict
 
 from hpctrain._compat.hydra import stored_value
@@ -42,6 +40,7 @@ from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import SweepPaths
 from hpctrain.core.run import RunSpec
 from hpctrain.core.state import State
+from hpctrain.job import lifecycle
 from hpctrain.search import exploit
 from hpctrain.search import study as studies
 from hpctrain.search.claims import alive_path, touch
@@ -74,11 +73,7 @@ class SearchWorker:
         """One worker task. The launchers call every job as ``(index, overrides, run_dir)``; a worker's
         ``run_dir`` is its placeholder under ``.hpctrain/workers`` (each trial has a run dir of its own)."""
         env = submitit.JobEnvironment()
-        os.environ[events.RECORDED_ENV] = "1"  # this worker keeps its trials' records, not the task function
-        with open(self.payload, "rb") as f:
-            self.hydra_context, self.task_function, self.config, singleton_state = cloudpickle.load(f)
-        Singleton.set_state(singleton_state)
-        setup_globals()
+        self.hydra_context, self.task_function, self.config = lifecycle.load_payload(self.payload)
         # what lives for the whole task (modules, the payload) out of the collector's full passes, which it
         # would walk again at every one of them, in a unit or between two
         gc.collect()
@@ -190,10 +185,10 @@ class SearchWorker:
             config.hydra.job.num = a.number
             config.hydra.job.id = f"{me}_trial{a.number}"
         lead = study is not None
+        # this trial's life: the leader records it (the trainer and the app ask for it), the other ranks none
+        life = lifecycle.Lifecycle(run_dir, rank=0 if lead else 1, job_id=me, writes=lead)
         if lead:
-            if OmegaConf.is_interpolation(config, "max_steps"):  # it may read ${hydra:...}: this unit's, then
-                HydraConfig.instance().set_config(config)  # (run_job sets it for the run in any case)
-            self._register(a, dirname, overrides, me, OmegaConf.select(config, "max_steps", default=None))
+            self._register(a, dirname, overrides, life, app_max_steps(config))
         trial = live_trial(study, a.trial_id) if lead else None
         beat = _Heartbeat(alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
         _running["run_dir"] = run_dir
@@ -201,7 +196,7 @@ class SearchWorker:
         end = a.unit.end_step if a.unit is not None and a.unit.end_step < int(s.max_steps or 0) else None
         bridge = TrialBridge(a.number, s.metric, trial, end=end, max_steps=s.max_steps, run_dir=str(run_dir))
         try:
-            with activate(bridge):
+            with activate(bridge), lifecycle.active(life):
                 ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
                               job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
         finally:
@@ -217,12 +212,12 @@ class SearchWorker:
             return INTERRUPTED, None
         if a.unit is not None and s.scheduler == "pbt" and ret.status != JobStatus.FAILED:
             exploit.after_unit(run_dir, a.unit.end_step, int(s.max_steps or 0))  # kept before the trial pauses
-        return self._settle(a, run_dir, ret, bridge, leases)
+        return self._settle(a, life, ret, bridge, leases)
 
-    def _register(self, a: Assignment, dirname: str, overrides: List[str], me: str,
+    def _register(self, a: Assignment, dirname: str, overrides: List[str], life: lifecycle.Lifecycle,
                   max_steps: Optional[int]) -> None:
         """The trial as a run of the sweep (sweep.json, its record and events), for status and report."""
-        sweep = Path(self.sweep_dir)
+        sweep, me = Path(self.sweep_dir), life.job_id
         run_dir = sweep / dirname
         entry = manifest.RunEntry(RunSpec(a.number, tuple(overrides), run_dir.absolute(), max_steps), me,
                                   {"trial": a.number, "params": a.params})
@@ -238,15 +233,17 @@ class SearchWorker:
         if a.how == "new":
             events.submitted(run_dir, trial=a.number)
         unit = {"unit": a.unit.fields()} if a.unit is not None else {}
-        events.started(run_dir, job_id=me, trial=a.number, how=a.how, **unit)
+        life.begin(skip_completed=False, trial=a.number, how=a.how, **unit)
         if a.unit is not None:  # the rung (or interval) it runs to, for status and report's rung table
             summary.write(run_dir, trial=a.number, **self._stage(a.unit))
 
-    def _settle(self, a: Assignment, run_dir: Path, ret: Any, bridge: TrialBridge,
+    def _settle(self, a: Assignment, life: lifecycle.Lifecycle, ret: Any, bridge: TrialBridge,
                 leases: Leases) -> "tuple[State, Optional[float]]":
+        """The trial's attempt ends through its lifecycle (once: a state the trainer decided, pruned, stands),
+        then the study is told."""
         from optuna.trial import TrialState
 
-        s = self.settings
+        s, run_dir, Outcome = self.settings, life.run_dir, lifecycle.Outcome
 
         def tell(state: TrialState, value: Optional[float] = None) -> None:
             if not self._retrying("telling the study", lambda st: leases.commit(st, a, state, value)) \
@@ -256,26 +253,22 @@ class SearchWorker:
         result = stored_value(ret)
         if ret.status == JobStatus.FAILED:
             error = "".join(traceback.format_exception(result))[-3000:] if isinstance(result, BaseException) else str(result)
-            events.failed(run_dir, error=error, rank=0, job_id=os.environ.get("SLURM_JOB_ID"))
+            life.end(Outcome.FAILED, error=error, trial=a.number)
             tell(TrialState.FAIL)
-            summary.write(run_dir, trial=a.number)
             return State.FAILED, None
-        if bridge.pruned_at is not None or events.read(run_dir).state == State.PRUNED \
+        if bridge.pruned_at is not None or life.ended is State.PRUNED \
                 or (isinstance(result, dict) and State.parse(result.get("status")) is State.PRUNED):
-            if events.read(run_dir).state != State.PRUNED:
-                events.pruned(run_dir, step=bridge.pruned_at, reason="the pruner stopped it", rank=0)
+            life.end(Outcome.PRUNED, step=bridge.pruned_at, reason="the pruner stopped it", trial=a.number)
             tell(TrialState.PRUNED)
-            summary.write(run_dir, trial=a.number)
             return State.PRUNED, None
         value = objective_value(result, run_dir, s.metric)
         fields: Dict[str, Any] = {"trial": a.number, "objective": {"metric": s.metric, "value": value}}
         if summary.read(run_dir) is None or not (summary.read(run_dir) or {}).get("metrics"):
             fields["metrics"] = summary.numbers(result)  # an app that writes no metrics.json of its own
         if value is None:
-            events.failed(run_dir, error=f"no objective: the task function returned {str(result)[:200]!r} and "
-                                         f"metrics.json has no {s.metric!r}", rank=0)
+            life.end(Outcome.FAILED, error=f"no objective: the task function returned {str(result)[:200]!r} and "
+                                           f"metrics.json has no {s.metric!r}", **fields)
             tell(TrialState.FAIL)
-            summary.write(run_dir, **fields)
             return State.FAILED, None
         if a.unit is not None:  # the objective at the unit's end: the scheduler's rung value
             fields.update(self._stage(a.unit))
@@ -284,15 +277,13 @@ class SearchWorker:
             self._retrying("reporting", lambda st: bridge.report(value, a.unit.end_step)  # type: ignore[union-attr]
                            if bridge.trial is not None else None)
             if outcome(a.unit, int(s.max_steps or 0)) is State.PAUSED:
-                events.paused(run_dir, step=a.unit.end_step, index=a.unit.index)
-                summary.write(run_dir, **fields)
+                life.end(Outcome.PAUSED, step=a.unit.end_step, event={"index": a.unit.index}, **fields)
                 if not self._retrying("pausing a trial", lambda st: leases.pause(a)):
                     print(f"hpctrain search: trial {a.number}: its lease passed to another worker; not paused",
                           flush=True)
                 return State.PAUSED, value
-        events.completed(run_dir, value=value)
+        life.end(Outcome.COMPLETED, event={"value": value}, **fields)
         tell(TrialState.COMPLETE, value)
-        summary.write(run_dir, **fields)
         return State.COMPLETED, value
 
     def _stage(self, unit: Unit) -> Dict[str, Any]:
@@ -305,15 +296,15 @@ class SearchWorker:
         run_dir = Path(self.sweep_dir) / trial_dirname(number, params)
         if events.read(run_dir).state is State.PRUNED:
             return
-        events.pruned(run_dir, step=step, reason="paused, never promoted: the study ended", rank=0)
-        summary.write(run_dir, trial=number)
+        lifecycle.Lifecycle(run_dir).end(lifecycle.Outcome.PRUNED, step=step, trial=number,
+                                         reason="paused, never promoted: the study ended")
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2 (rank 0): requeue this worker; it takes its trial back when it restarts
         (the trainer has checkpointed it)."""
         run_dir = _running.get("run_dir")
         if run_dir is not None:
-            events.requeued(run_dir)
+            lifecycle.requeue(run_dir)
             _running["interrupted"] = True  # seen by _run only when submitit did not requeue (out of timeouts)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
@@ -332,6 +323,16 @@ def objective_value(result: Any, run_dir: Path, metric: Optional[str]) -> Option
         if isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(float(c)):
             return float(c)
     return None
+
+
+def app_max_steps(config: Any) -> Optional[int]:
+    """The trial's ``max_steps`` for its sweep.json entry; None for an app whose config has no such key
+    (a struct config raises on a missing key: every worker died at its first trial)."""
+    if "max_steps" not in config:
+        return None
+    if OmegaConf.is_interpolation(config, "max_steps"):  # it may read ${hydra:...}: this unit's, then
+        HydraConfig.instance().set_config(config)  # (run_job sets it for the run in any case)
+    return OmegaConf.select(config, "max_steps", default=None)
 
 
 def _fresh_rendezvous_port(seq: int) -> None:

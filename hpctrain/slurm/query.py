@@ -212,6 +212,22 @@ def max_submit_jobs(account: Optional[str] = None, qos: Optional[str] = None) ->
                             default_account[0].strip() if default_account else None)
 
 
+def jobs_of_scripts(names: Iterable[str]) -> Optional[Dict[str, List[str]]]:
+    """The user's queued or running jobs (array job ids) whose batch script has one of these file names
+    (squeue's command, ``%o``); None when squeue fails."""
+    wanted = set(names)
+    ans = run(["squeue", "-h", "-u", _user(), "-o", "%F|%o"])
+    if ans.stdout is None:
+        return None
+    out: Dict[str, List[str]] = {}
+    for line in ans.stdout.splitlines():
+        job, _, command = line.strip().partition("|")
+        name = command.rsplit("/", 1)[-1]
+        if name in wanted and job not in out.setdefault(name, []):
+            out[name].append(job)
+    return out
+
+
 def jobs_in_queue_of_user() -> Optional[int]:
     """How many jobs (array tasks one by one) the user has in the queue; None when squeue fails."""
     ans = run(["squeue", "-h", "-r", "-u", _user(), "-o", "%i"])

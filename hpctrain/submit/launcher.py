@@ -2,7 +2,7 @@
 backends that differ in a few hooks (:mod:`hpctrain.submit.backends`).
 
 Login-node code: submitit and hpctrain's light modules only, never torch. The launcher works for any
-Hydra app; hpctrain's own checks run only when the task function carries ``validate_job``.
+Hydra app; hpctrain's own checks run only where the task function's contract has them (core/app_contract.py).
 
 Its public steps, which the search sweeper uses too: :meth:`BaseLauncher.name_runs_by` (run-dir names
 decided over the whole sweep), :meth:`~BaseLauncher.describe` (the :class:`Submission` object),
@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from hpctrain.core import events, liveness, manifest, redact
 from hpctrain.core.liveness import Liveness
 from hpctrain.core import paths as runfiles
+from hpctrain.core.app_contract import contract_of
 from hpctrain.core.run import RunSpec
 from hpctrain.submit import provenance, rerun, snapshot
 from hpctrain.submit.checks import script_field_problems
@@ -176,6 +177,8 @@ class BaseLauncher(Launcher):
 
     def _submit(self, runs: List[PlannedRun], sweep_dir: Path) -> Sequence[JobReturn]:
         assert self.task_function is not None
+        if not self.params.dry_run:
+            self.cancel_orphans(sweep_dir)  # before the queue is asked what is left to run
         app = events.app_fingerprint(self.task_function)
         if self.code.copy is not None:  # the user's own modules are the same code too
             app = rerun.fingerprint(app, self.code.copy.files)
@@ -216,6 +219,9 @@ class BaseLauncher(Launcher):
         jobs = [j for t, j in zip(submission.tasks, task_jobs) for _ in t]  # one per run: packed runs share
         return self.finish(todo, jobs, sweep_dir)
 
+    def cancel_orphans(self, sweep_dir: Path) -> None:
+        """Jobs an earlier, interrupted command of this sweep queued and never recorded (Slurm's only)."""
+
     def in_queue(self, job_ids: List[str]) -> Optional[Set[str]]:
         """Which of ``job_ids`` are still queued or running (None: unknown). Local: the live controllers."""
         states = {j: liveness.process(j, needle="submitit") for j in job_ids}  # submitit's local job id: its pid
@@ -231,8 +237,8 @@ class BaseLauncher(Launcher):
         self.record_path = None
 
     def _inspect(self) -> Any:
-        """The app's own check of each point (``validate_job``), as plan_runs calls it; None for other apps."""
-        validate = getattr(self.task_function, "validate_job", None)
+        """The app's own check of each point (its contract's ``validate``), as plan_runs calls it; None for other apps."""
+        validate = contract_of(self.task_function).validate
         if validate is None:
             return None
         world_size = self.world_size()
@@ -268,7 +274,7 @@ class BaseLauncher(Launcher):
 
     def check(self, runs: List[PlannedRun], sweep_dir: Path) -> List[str]:
         """Every problem of the launcher settings at once (each sweep point's config is checked by plan_runs,
-        with the app's ``validate_job``, while its config is at hand)."""
+        with the app's ``validate``, while its config is at hand)."""
         problems = self.check_resources()
         c = self.params.container
         problems += check_container(c.image, c.runtime, list(c.binds))
@@ -279,11 +285,11 @@ class BaseLauncher(Launcher):
         if int(self.params.timeout_min) <= 0:
             problems.append(f"hydra.launcher.timeout_min={self.params.timeout_min}: expected an integer > 0")
         problems += self.plan_snapshot(sweep_dir)
-        unread = getattr(self.task_function, "unread_keys", None)
-        if unread is not None and runs:  # an added key is the same in every point: said once
-            for warning in unread(runs[0].cfg):
+        contract = contract_of(self.task_function)
+        if contract.unread_keys is not None and runs:  # an added key is the same in every point: said once
+            for warning in contract.unread_keys(runs[0].cfg):
                 print(f"hpctrain: warning: {warning}", file=sys.stderr)
-        if getattr(self.task_function, "validate_job", None) is not None:
+        if contract.gpu_per_rank:
             gpus, tasks = self.gpus_per_node(), self.tasks_per_node()
             if 0 < gpus < tasks:  # hpctrain's ranks take one GPU each
                 problems.append(f"hydra.launcher.tasks_per_node={tasks}: more than gpus_per_node={gpus}; "

@@ -13,7 +13,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Collection, Dict, List, Optional
 
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
@@ -21,6 +21,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from hpctrain.core import manifest
+from hpctrain.core.app_contract import contract_of
 from hpctrain.core.state import Direction
 from hpctrain.core.run import RunSpec
 from hpctrain.submit.backends.local import LocalLauncher
@@ -77,7 +78,7 @@ class SearchSweeper(Sweeper):
             problems += scheduler_problems(self.conf, max_steps, eval_every, uses_trial_api(self.task_function),
                                            getattr(self.task_function, "__module__", None) or "the app")
             if self.conf.scheduler == "pbt" and not problems:
-                problems += _pbt_problems(space, getattr(self.task_function, "mutable_keys", None))
+                problems += _pbt_problems(space, contract_of(self.task_function).mutable_keys)
         settings = Settings.from_conf(conf, space, metric=metric, direction=direction,
                                       n_workers=self._n_workers(launcher),
                                       max_retries=int(launcher.params.max_retries), max_steps=max_steps,
@@ -235,7 +236,7 @@ class SearchSweeper(Sweeper):
         """``objective.metric`` and ``objective.mode`` from the app's config (hpctrain's: val/loss, min);
         an app without them is optimised by its return value, minimised."""
         cfg = sample.cfg if sample is not None else None
-        default = "val/loss" if getattr(self.task_function, "validate_job", None) is not None else None
+        default = contract_of(self.task_function).objective_metric
         metric = OmegaConf.select(cfg, "objective.metric", default=default) if cfg is not None else default
         mode = OmegaConf.select(cfg, "objective.mode", default=Direction.MIN.value) if cfg is not None else None
         return metric, Direction.parse(mode or Direction.MIN).optuna
@@ -258,7 +259,7 @@ class SearchSweeper(Sweeper):
 _ABSENT = object()
 
 
-def _pbt_problems(space: Space, mutable: Optional[List[str]] = None) -> List[str]:
+def _pbt_problems(space: Space, mutable: Optional[Collection[str]] = None) -> List[str]:
     """The PBT parameters' kinds (continuous or a choice) and, where the app names them (``mutable_keys``),
     the keys it can change mid-run: checked by the PBT scheduler's own module."""
     from hpctrain.search.pbt import check_params

@@ -9,7 +9,7 @@ import time
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, cast
 
 import torch
 import torch.distributed as dist
@@ -17,11 +17,11 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from hpctrain.core import events
 from hpctrain.core import paths as runfiles
 from hpctrain.core import summary
 from hpctrain.core.redact import redact_config
 from hpctrain.core.state import State
+from hpctrain.job import lifecycle
 from hpctrain.schema import RETUNABLE, read_schedule
 from hpctrain.train import hparams, preflight
 from hpctrain.train.batches import tokens_per_sample
@@ -122,7 +122,7 @@ class Trainer:
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.cfg.compile:
-            model = torch.compile(model)  # type: ignore[assignment]  # compile first, then DDP (torch docs' recommended order)
+            model = cast(nn.Module, torch.compile(model))  # compile first, then DDP (torch docs' recommended order)
         if self.info.enabled:
             model = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         return model
@@ -223,7 +223,7 @@ class Trainer:
             hook.on_start(self.step)
         self.logger.progress(step=self.step)
         loss_acc, interval = torch.zeros((), device=self.device), 0
-        last: Dict[str, Any] = {}
+        last: Dict[str, float] = {}
         every = self.every
         schedule = self.schedule
         while self.step < every.end:
@@ -318,9 +318,11 @@ class Trainer:
                      last.get(cfg.objective.metric))
             result["pruned_at"] = self.step
             self.logger.scalars({"search/pruned": 1.0}, self.step)
-            if self.info.is_main:
-                events.pruned(self.run_dir, step=self.step, reason=reason, rank=0)
-        # completed: the caller records it (the job wrapper knows the app, run mode's app.train itself)
+            # the run's owner (job wrapper, search worker, run mode's app) hears it; a Trainer used on its own
+            # (no owner) records it itself
+            owner = lifecycle.current() or lifecycle.Lifecycle(self.run_dir, rank=self.info.rank)
+            owner.end(lifecycle.Outcome.PRUNED, step=self.step, reason=reason)
+        # completed, paused: the owner records it (the job wrapper knows the app, the worker the unit)
         self.logger.finish(hparams.run_summaries(cfg, last, self.run_dir))
         self.logger.progress(**result)
         self.logger.close()

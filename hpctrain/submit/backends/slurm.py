@@ -7,15 +7,23 @@ has, submits with ``map_array`` and returns (or waits with ``wait=true``).
 A sweep of more tasks than one array may hold (``MaxArraySize`` / ``max_array_tasks``, see
 :mod:`arrays`) is several arrays, each indexed from 0, chained with ``--dependency=afterany``: an
 array starts once the one before it has ended, so ``array_parallelism`` holds for the whole sweep.
+
+An array queued by a command killed between its ``sbatch`` and the write of its job ids is in no
+sweep.json; before the same sweep is submitted again, such arrays are found in the queue by the script
+submitit left behind and cancelled (:meth:`SlurmLauncher.cancel_orphans`): else they would train the runs
+submitted again alongside their new jobs.
 """
 
+import os
 import shlex
+import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from hpctrain._compat.submitit import convert_mem, sbatch_script
+from hpctrain._compat.submitit import convert_mem, sbatch_script, unsent_scripts
 from hpctrain.submit import arrays, results
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.launcher import BaseLauncher, JobIds, PlannedRun
@@ -128,6 +136,33 @@ class SlurmLauncher(BaseLauncher):
             out.append(Array(chunk.offset, chunk.size, params, sbatch_script(executor, shown, chunk.size),
                              head if len(chunks) > 1 else ""))
         return out
+
+    def cancel_orphans(self, sweep_dir: Path) -> None:
+        """Cancel the arrays of this sweep an earlier command queued and never recorded (see the module doc),
+        and wait until they have left the queue; raises when the queue cannot tell (nothing is submitted)."""
+        scripts = [p for p in unsent_scripts(str(self.params.submitit_folder)) if _names(p, sweep_dir)]
+        if not scripts:
+            return
+        found = slurm.jobs_of_scripts(os.path.basename(p) for p in scripts)
+        if found is None:
+            raise LaunchError(f"nothing submitted: an earlier command of this sweep was stopped during its sbatch "
+                              f"({scripts[0]}) and squeue did not answer whether that array is queued; run the "
+                              f"same command again")
+        orphans = sorted({j for jobs in found.values() for j in jobs})
+        if orphans:
+            code, error = slurm.scancel(orphans)
+            if code != 0:
+                raise LaunchError(f"nothing submitted: scancel {' '.join(orphans)} (arrays of this sweep whose job ids "
+                                  f"were never recorded) failed: {error}")
+            print(f"hpctrain: cancelled Slurm job(s) {', '.join(orphans)}: queued by an earlier command of this sweep "
+                  f"that was stopped before it recorded their job ids; their runs are submitted again",
+                  file=sys.stderr)
+            _wait_gone(orphans)
+        for p in scripts:
+            try:
+                os.replace(p, p + ".orphan")  # looked at once: later commands need not ask the queue again
+            except OSError:
+                pass
 
     def send(self, submission: Submission, job: Any, job_ids: JobIds) -> List[Any]:
         """Each array by ``map_array`` with its parameters, each after the one before it; each array's job
@@ -277,6 +312,27 @@ class SlurmLauncher(BaseLauncher):
                 problems.append(f"hydra.launcher.mem_gb={p.mem_gb}: nodes of partition {name!r} have at most "
                                 f"{max_mem / 1024:.1f} GB")
         return problems
+
+
+def _names(script: str, sweep_dir: Path) -> bool:
+    """Whether an sbatch script is one of this sweep's (its teardown reads the sweep's run list)."""
+    try:
+        with open(script, errors="replace") as f:
+            return f"{Path(sweep_dir).absolute()}/.hpctrain/" in f.read()
+    except OSError:
+        return False
+
+
+def _wait_gone(job_ids: List[str], timeout_s: float = 120.0) -> None:
+    """Until the cancelled jobs have left the queue (a running task's teardown ends first)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        queue = slurm.squeue(job_ids)
+        if queue is not None and not any(slurm_parse.in_queue(queue, j) for j in job_ids):
+            return
+        time.sleep(2.0)
+    raise LaunchError(f"nothing submitted: cancelled job(s) {', '.join(job_ids)} still in the queue after "
+                      f"{timeout_s:.0f} s; run the same command again once they have left it")
 
 
 def after(params: Dict[str, Any], job_id: str) -> Dict[str, Any]:
