@@ -1,27 +1,36 @@
-"""The Apptainer image recipe, and the container path of a sweep for real on the Slurm test cluster.
+"""The Apptainer image recipe, the test image built from it, and the container path of a sweep for real on
+the Slurm test cluster.
 
-Apptainer cannot be installed here, so a stand-in `apptainer` (tests/helpers/fake_apptainer) placed
-first on PATH records its argv and then runs the inner command: Slurm passes the submitting
-environment, PATH included, to the job, so the srun line's `apptainer exec ... IMAGE python ...`
-reaches it on the compute node.
+Apptainer cannot be installed here: tests/container/build_image.py builds a sandbox image from
+Singularity.def on Debian, and a stand-in `apptainer` (tests/container/apptainer, bubblewrap) placed first
+on PATH runs it in real isolation: the job sees the image and its binds, not the host's Slurm client. Slurm
+passes the submitting environment, PATH included, to the job, so the srun line's
+`apptainer exec ... IMAGE python ...` reaches the stand-in on the compute node.
 """
 
 import json
 import os
 import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
+
+import psutil
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 from spython.main.parse.parsers import SingularityParser
 
-from cli_helpers import HELPERS, ROOT, run_hpctrain
+from cli_helpers import ROOT, run_hpctrain
+from container_helpers import STANDIN, apptainer, sandbox_image, standin_bin
+from hpctrain.submit.container import check_container
 
 DEF_FILE = ROOT / "Singularity.def"
 # Official PyTorch images: pytorch/pytorch:<torch>-cuda<X.Y>-cudnn<N>-runtime
@@ -163,13 +172,151 @@ def test_recipe_copies_the_project_and_runs_hpctrain(recipe):
         assert re.search(rf"^{section}\s*$", text, re.M), f"no {section} section"
 
 
+# ------------------------------------------------------------------ the test image and the stand-in
+@pytest.fixture(scope="module")
+def image() -> Path:
+    return sandbox_image()
+
+
+def _inside(image: Path, cwd: Path, *command: str, opts: Sequence[str] = (), env: Optional[Dict[str, str]] = None):
+    return apptainer(["exec", *opts, str(image), *command], cwd=cwd, env=env)
+
+
+def test_the_image_is_built_from_the_recipe(image):
+    meta = image / ".singularity.d"
+    assert (meta / "Singularity").read_text() == DEF_FILE.read_text()
+    assert "export HPCTRAIN_IMAGE=1" in (meta / "env" / "90-environment.sh").read_text()
+    assert json.loads((meta / "labels.json").read_text())["org.opencontainers.image.title"] == "hpctrain"
+    assert (image / "opt/hpctrain/pyproject.toml").read_bytes() == (ROOT / "pyproject.toml").read_bytes()
+    assert (image / "usr/bin/gcc").exists()  # %post's apt-get line ran
+    assert list((image / "opt/conda/lib").glob("python3*/site-packages/optuna"))  # and its pip install
+
+
+def test_inside_the_image_there_is_no_slurm_client_and_no_munge(image, tmp_path):
+    # on the host they are there (the test cluster): the check below can fail
+    assert shutil.which("scontrol") and Path("/etc/slurm/slurm.conf").exists() and Path("/run/munge").is_dir()
+    proc = _inside(image, tmp_path, "sh", "-c", "command -v scontrol")
+    assert proc.returncode != 0 and proc.stdout == "", proc
+    probe = ("for t in scontrol squeue sbatch srun sinfo munge; do command -v $t && echo FOUND $t; done; "
+             "for p in /etc/slurm /run/munge /usr/lib/x86_64-linux-gnu/slurm-wlm; do test -e $p && echo FOUND $p; done; "
+             "echo checked")
+    proc = _inside(image, tmp_path, "sh", "-c", probe)
+    assert proc.returncode == 0 and proc.stdout.strip() == "checked", proc
+
+
+def test_the_images_python_torch_and_hpctrain_run_inside(image, tmp_path):
+    script = ("import sys, torch, hpctrain, submitit, hydra; print(sys.executable); print(torch.__version__); "
+              "[print(m.__file__) for m in (torch, hpctrain, submitit, hydra)]")
+    proc = _inside(image, tmp_path, "python", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    executable, version, *files = proc.stdout.splitlines()
+    assert executable == "/opt/conda/bin/python"
+    import torch
+
+    assert version == torch.__version__
+    for f in files:  # every module from the image's site-packages: no host path leaked in
+        assert re.match(r"^/opt/conda/lib/python3\.\d+/site-packages/", f), files
+
+
+def test_binds_default_and_given(image, tmp_path):
+    work, data = tmp_path / "work", tmp_path / "data x"
+    work.mkdir()
+    data.mkdir()
+    (data / "f").write_text("hello\n")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    with tempfile.NamedTemporaryFile(dir=Path.home(), prefix=".hpctrain-bind-") as home_file:
+        probe = ('pwd; cat "$1/f"; cat /mnt/in/f; test -e "$2" && echo HOME-BOUND; test -e "$3" || echo PROJECT-HIDDEN; '
+                 'touch /ro/x 2>/dev/null || echo RO; touch /etc/x 2>/dev/null || echo RO-ROOT; echo ok > /tmp/written')
+        proc = _inside(image, work, "sh", "-c", probe, "sh", str(data), home_file.name, str(ROOT / "pyproject.toml"),
+                       opts=["--bind", f"{data}:/mnt/in", "--bind", str(data), "--bind", f"{ro}:/ro:ro"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [str(work), "hello", "hello", "HOME-BOUND", "PROJECT-HIDDEN", "RO", "RO-ROOT"]
+    assert Path("/tmp/written").read_text() == "ok\n"  # /tmp is the host's
+    assert not (image / "etc" / "x").exists()  # the image itself is never written
+
+
+def test_environment_as_apptainer_builds_it(image, tmp_path):
+    env = {**os.environ, "APPTAINERENV_HPCTRAIN_PROBE": "from-prefix", "HOST_ONLY": "host",
+           "PATH": "/nowhere/bin:" + os.environ["PATH"]}
+    show = 'echo "$HPCTRAIN_PROBE|$HOST_ONLY|$HPCTRAIN_IMAGE|$PATH"'
+    probe, host, marker, path = _inside(image, tmp_path, "sh", "-c", show, env=env).stdout.strip().split("|")
+    assert (probe, host, marker) == ("from-prefix", "host", "1")
+    assert path.startswith("/opt/conda/bin:") and "/nowhere" not in path  # the host's PATH is not passed
+    probe, host, _, _ = _inside(image, tmp_path, "sh", "-c", show, opts=["--cleanenv"], env=env).stdout.strip().split("|")
+    assert (probe, host) == ("from-prefix", "")
+
+
+def test_the_contained_command_gets_the_signals_slurm_sends_and_the_stand_in_survives_them(image, tmp_path):
+    """Slurm signals every process of a step: bwrap must outlive a USR2, the contained process handle it."""
+    script = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGUSR2, lambda *a: (print('usr2', flush=True), sys.exit(3)))\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.Popen([str(STANDIN), "exec", str(image), "python", "-c", script], cwd=tmp_path,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+        p.send_signal(signal.SIGUSR2)
+    assert proc.wait(timeout=30) == 3 and proc.stdout.read() == "usr2\n"
+    # without a handler the default action holds inside (bwrap's own SIG_IGN is not inherited)
+    proc = subprocess.Popen([str(STANDIN), "exec", str(image), "sh", "-c", "echo ready; exec sleep 60"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+        p.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) in (-signal.SIGTERM, 128 + signal.SIGTERM)
+
+
+def test_apptainer_test_runs_the_recipes_test_section(image, tmp_path):
+    proc = apptainer(["test", str(image)], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "torch.compile on cpu: ok" in proc.stdout and "hpctrain from /opt/conda/" in proc.stdout, proc.stdout
+
+
+def test_the_stand_in_refuses_what_it_cannot_run(tmp_path):
+    sif = tmp_path / "img.sif"
+    sif.write_text("not a sandbox")
+    for args in (["exec", str(sif), "true"], ["exec", str(tmp_path / "missing"), "true"], ["run", str(sif)],
+                 ["exec", "--fakeroot", str(sif), "true"]):
+        proc = apptainer(args, cwd=tmp_path)
+        assert proc.returncode == 255 and proc.stderr.startswith("FATAL:"), (args, proc)
+
+
+def test_image_forms_apptainer_runs_are_accepted(tmp_path):
+    """A .sif file and a sandbox directory pass the login-node check; a directory that is no image, a FIFO or
+    a missing path are refused in one line naming the key."""
+    sif = tmp_path / "img.sif"
+    sif.write_text("an image file")
+    sandbox = tmp_path / "sandbox"
+    (sandbox / ".singularity.d").mkdir(parents=True)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert check_container(str(sif), "apptainer", []) == []
+    assert check_container(str(sandbox), "apptainer", []) == []
+    key = "hydra.launcher.container.image="
+    assert check_container(str(tmp_path), "apptainer", []) == [
+        f"{key}{str(tmp_path)!r}: not a readable file or sandbox directory (a directory without .singularity.d in it)"]
+    assert check_container(str(fifo), "apptainer", []) == [f"{key}{str(fifo)!r}: not a readable file or sandbox directory"]
+    assert check_container(str(tmp_path / "no.sif"), "apptainer", []) == [f"{key}{str(tmp_path / 'no.sif')!r}: file not found"]
+    # through the command line: the sandbox goes on the srun line as it is
+    proc = run_hpctrain(["-m", "lr=1e-3", "hydra/launcher=slurm", "hydra.launcher.dry_run=true",
+                         f"hydra.launcher.container.image={sandbox}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                        cwd=tmp_path)
+    assert f" {sandbox} python -u -m submitit.core._submit" in proc.stdout
+    proc = run_hpctrain(["-m", "lr=1e-3", "hydra/launcher=slurm", "hydra.launcher.dry_run=true",
+                         f"hydra.launcher.container.image={tmp_path}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                        cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert f"{key}{str(tmp_path)!r}: not a readable file or sandbox directory" in proc.stderr, proc.stderr
+
+
 # ------------------------------------------------------------------------- the container path on Slurm
 @pytest.fixture
 def fake_bin(tmp_path) -> Path:
-    """A bin dir holding the stand-in `apptainer` and an `sbatch` that logs each call, then runs the real one."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "apptainer").symlink_to(HELPERS / "fake_apptainer")
+    """A bin dir holding the stand-in `apptainer` (bubblewrap over the test image) and an `sbatch` that logs
+    each call, then runs the real one."""
+    bin_dir = standin_bin(tmp_path)
     real_sbatch = subprocess.run(["which", "sbatch"], capture_output=True, text=True).stdout.strip()
     sbatch = bin_dir / "sbatch"
     sbatch.write_text(f'#!/bin/sh\necho "$*" >> "$SBATCH_CALLS_LOG"\nexec {shlex.quote(real_sbatch)} "$@"\n')
@@ -178,10 +325,28 @@ def fake_bin(tmp_path) -> Path:
 
 
 def _env(tmp_path: Path, fake_bin: Path) -> Dict[str, str]:
-    # the interpreter "inside the image" is this venv's python, found on PATH by the stand-in
+    # Slurm passes the submitting PATH to the job: the stand-in is found on the compute node; the python that
+    # runs inside is the image's (the stand-in resets PATH as Apptainer does)
     path = os.pathsep.join([str(fake_bin), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    return {"PATH": path, "FAKE_APPTAINER_LOG": str(tmp_path / "apptainer.jsonl"),
+    return {"PATH": path, "APPTAINER_STANDIN_LOG": str(tmp_path / "apptainer.jsonl"),
             "SBATCH_CALLS_LOG": str(tmp_path / "sbatch.log")}
+
+
+PROBE_MODEL = """
+import sys
+
+import torch
+import hpctrain
+
+
+class Net(torch.nn.Linear):
+    \"\"\"A linear model that writes down which interpreter, torch and hpctrain built it.\"\"\"
+
+    def __init__(self, in_features, num_classes, out_dir):
+        super().__init__(in_features, num_classes)
+        with open(f"{out_dir}/interpreters.txt", "a") as f:
+            f.write("\\t".join([sys.executable, torch.__file__, hpctrain.__file__]) + "\\n")
+"""
 
 
 def _calls(tmp_path: Path) -> List[dict]:
@@ -210,15 +375,21 @@ def _jobs_submitted_from(cwd: Path) -> List[str]:
 
 
 @pytest.mark.slurm
-def test_sweep_runs_every_task_through_apptainer_exec_with_binds_intact(slurm_cluster, tmp_path, fake_bin):
+def test_sweep_runs_every_task_through_apptainer_exec_with_binds_intact(slurm_cluster, tmp_path, fake_bin, image):
+    """A 2-point sweep in real isolation: each task in the image (its python, torch and hpctrain), seeing only
+    the image and its binds; every path with odd characters arrives whole."""
     project = tmp_path / WEIRD  # the project dir (cwd), the sweep dir and the image all hold the odd name
     project.mkdir()
-    image = project / "img.sif"
-    image.touch()
+    (project / "probe.py").write_text(PROBE_MODEL)
+    out = project / "out"
+    out.mkdir()
+    sandbox, image = image, project / "img sandbox"
+    image.symlink_to(sandbox)
     extra = tmp_path / "data x;$(touch pwned)"
     extra.mkdir()
     sweep = project / "sweep"
-    args = ["-m", "lr=1e-3,1e-4", "max_steps=20", "hydra/launcher=slurm", "hydra.launcher.wait=true",
+    args = ["-m", "lr=1e-3,1e-4", "max_steps=20", "model._target_=probe.Net", f"+model.out_dir='{out}'",
+            "hydra/launcher=slurm", "hydra.launcher.wait=true",
             f"hydra.launcher.container.image='{image}'", f"hydra.launcher.container.binds=['{extra}']",
             f"hydra.sweep.dir='{sweep}'"]
     env = _env(tmp_path, fake_bin)
@@ -250,6 +421,12 @@ def test_sweep_runs_every_task_through_apptainer_exec_with_binds_intact(slurm_cl
         assert argv[argv.index(str(image)) + 1:] == ["python", "-u", "-m", "submitit.core._submit",
                                                      str(sweep / ".submitit")]
     assert not list(tmp_path.rglob("pwned")), "a path was run as shell code"
+    # both runs were built by the image's interpreter and torch; hpctrain from the image or the code snapshot
+    built = [line.split("\t") for line in (out / "interpreters.txt").read_text().splitlines()]
+    assert len(built) == 2, built
+    for executable, torch_file, hpctrain_file in built:
+        assert executable == "/opt/conda/bin/python" and torch_file.startswith("/opt/conda/lib/"), built
+        assert hpctrain_file.startswith(("/opt/conda/lib/", str(sweep))), built
 
     # the dry run printed exactly the script that was submitted
     (submitted,) = (sweep / ".submitit").glob("*_submission.sh")
@@ -257,9 +434,7 @@ def test_sweep_runs_every_task_through_apptainer_exec_with_binds_intact(slurm_cl
 
 
 @pytest.mark.slurm
-def test_gpu_sweep_passes_nv(slurm_cluster, tmp_path, fake_bin):
-    image = tmp_path / "img.sif"
-    image.touch()
+def test_gpu_sweep_passes_nv(slurm_cluster, tmp_path, fake_bin, image):
     sweep = tmp_path / "sweep"
     # device=cpu: the test cluster's GPUs are fake, and device=auto refuses a GPU job without CUDA
     run_hpctrain(["-m", "lr=1e-3", "max_steps=20", "device=cpu", "hydra/launcher=slurm", "hydra.launcher.wait=true",

@@ -65,7 +65,7 @@ CASES = [
      "hydra.launcher.gpu_memory_fraction=1.5: expected a number in (0, 1]"),
     # container
     (["hydra.launcher.container.image=/nonexistent/img.sif"], "hydra.launcher.container.image='/nonexistent/img.sif': file not found"),
-    (["hydra.launcher.container.image=__tmp__"], "not a readable file"),
+    (["hydra.launcher.container.image=__tmp__"], "not a readable file or sandbox directory"),
     (["hydra.launcher.container.image=__img__", "hydra.launcher.container.binds=[/nonexistent/data]"],
      "source path '/nonexistent/data' does not exist"),
     (["hydra.launcher.container.image=__img__", "hydra.launcher.container.runtime=docker"],

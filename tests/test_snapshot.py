@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import HELPERS, run_hpctrain
+from container_helpers import sandbox_image, standin_bin
 from slurm_helpers import cancel, job_id, metrics, queued, run_dirs, wait_for
 
 MODULE = '''
@@ -188,12 +189,11 @@ def test_listed_paths_outside_git_are_copied_and_the_launcher_says_so(tmp_path):
 
 
 def test_container_job_imports_the_snapshot_ahead_of_the_image(project, tmp_path):
-    """Through `apptainer exec` (the stand-in): the snapshot reaches the container via APPTAINERENV_*."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "apptainer").symlink_to(HELPERS / "fake_apptainer")
-    image = tmp_path / "img.sif"
-    image.write_text("stand-in")
+    """Through `apptainer exec` (the bubblewrap stand-in, the test image): the snapshot reaches the container
+    via APPTAINERENV_*, and only the image and its binds are seen there."""
+    bin_dir = standin_bin(tmp_path)
+    image = tmp_path / "img"
+    image.symlink_to(sandbox_image())
     out, sweep = tmp_path / "out", tmp_path / "sweep"
     path = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     run_hpctrain(["-m", "lr=1e-3", "max_steps=5", *model_args(out), "hydra/launcher=local",
@@ -202,7 +202,7 @@ def test_container_job_imports_the_snapshot_ahead_of_the_image(project, tmp_path
     code = sweep / ".hpctrain" / "submission-0" / "code"
     assert versions(out) == [["old", str(code) + str(project / "mynet.py")]]
     record = json.loads((sweep / ".hpctrain" / "submission-0" / "record.json").read_text())
-    assert record["container_image"]["path"] == str(image) and record["container_image"]["bytes"] == 8
+    assert record["container_image"]["path"] == str(image) and record["container_image"]["bytes"] == image.stat().st_size
     assert record["distributions"] is None  # the image's packages ran, not this environment's
     assert record["job_python"].startswith("apptainer exec")
 

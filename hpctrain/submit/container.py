@@ -42,6 +42,22 @@ def default_binds(sweep_dir: Path, project_dir: Path, submitit_folder: Optional[
     return [str(b) for b in binds]
 
 
+def image_problem(path: Path) -> Optional[str]:
+    """What Apptainer runs: an image file (.sif, or the older squashfs/ext3 forms) or a sandbox directory
+    (`apptainer build --sandbox DIR ...`, recognised by the .singularity.d/ every build writes in it)."""
+    if not path.exists():
+        return "file not found"
+    if path.is_dir():
+        if not (path / ".singularity.d").is_dir():
+            return "not a readable file or sandbox directory (a directory without .singularity.d in it)"
+        if not os.access(path, os.R_OK | os.X_OK):
+            return "not a readable file or sandbox directory (a sandbox this user cannot read)"
+        return None
+    if not path.is_file() or not os.access(path, os.R_OK):
+        return "not a readable file or sandbox directory"
+    return None
+
+
 def check_container(image: Optional[str], runtime: str, binds: Sequence[str]) -> List[str]:
     """Login-node checks: what would fail on the compute node, said before anything is submitted."""
     problems: List[str] = []
@@ -49,11 +65,9 @@ def check_container(image: Optional[str], runtime: str, binds: Sequence[str]) ->
         return problems
     if runtime not in RUNTIMES:
         problems.append(f"hydra.launcher.container.runtime={runtime!r}: expected one of {', '.join(RUNTIMES)}")
-    path = Path(image)
-    if not path.exists():
-        problems.append(f"hydra.launcher.container.image={image!r}: file not found")
-    elif not path.is_file() or not os.access(path, os.R_OK):
-        problems.append(f"hydra.launcher.container.image={image!r}: not a readable file")
+    problem = image_problem(Path(image))
+    if problem:
+        problems.append(f"hydra.launcher.container.image={image!r}: {problem}")
     for bind in binds:
         src = bind.split(":", 1)[0]
         if not Path(src).exists():
