@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 from hpctrain.core import events, summary
 from hpctrain.core.paths import RunPaths, SweepPaths
 from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RESTING, EventKind, RunState, State
+from hpctrain.review import checkpoints
 from hpctrain.review import cost as costs
 from hpctrain.review import jobs
 from hpctrain.review import search as search_review
@@ -30,7 +31,7 @@ STATES = tuple(State)  # the order counts are shown in
 LAUNCHER_QUIET_S = 60.0  # a local sweep that wrote nothing for this long, with no run alive, has no launcher
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Run:
     """One run of a sweep as review knows it now: its record checked against the queue, its summary, its
     cost. Built once by :func:`collect`, never changed after: the one row type of ``status``, ``report``,
@@ -73,6 +74,27 @@ class Run:
     def params(self) -> Dict[str, Any]:
         """The swept values, as numbers where they are numbers."""
         return {k: typed_value(v) for k, v in self.values.items()}
+
+    @property
+    def config(self) -> Any:
+        """The run's composed config (its ``.hydra/config.yaml``) as an OmegaConf DictConfig; None before it exists."""
+        if self.run_dir is None or not RunPaths(self.run_dir).hydra_config.is_file():
+            return None
+        from omegaconf import OmegaConf
+
+        return OmegaConf.load(RunPaths(self.run_dir).hydra_config)
+
+    @property
+    def checkpoint(self) -> Optional[Path]:
+        """The newest complete checkpoint (``last.pt``, else ``previous.pt``; a torn file is not); None without one."""
+        return checkpoints.newest_complete(self.run_dir)
+
+    def __repr__(self) -> str:
+        metric = (self.declared_objective or {}).get("metric", "objective")
+        shown = f"{metric}={self.objective:.4g}" if self.objective is not None else "no objective yet"
+        step = f", step {self.step}/{self.max_steps}" if self.step is not None and self.max_steps else (
+            f", step {self.step}" if self.step is not None else "")
+        return f"Run({self.idx} {self.name!r}, {self.state.value}, {shown}{step})"
 
 
 def state_counts(runs: Iterable[Any]) -> Dict[State, int]:
