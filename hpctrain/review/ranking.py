@@ -17,7 +17,7 @@ from hpctrain.core.paths import RunPaths
 from hpctrain.core.redact import redact_overrides, secret_hint
 from hpctrain.core.state import FAILURES, Direction, State
 from hpctrain.review import fmt
-from hpctrain.review.runs import Run
+from hpctrain.review.runs import Run, fallback_metric
 from hpctrain.review.sweep import typed_value  # noqa: F401 - importable from here too
 
 _HIGHER_IS_BETTER = re.compile(r"acc|f1|auc|score|mfu|per_s|throughput|reward|bleu|precision|recall", re.I)
@@ -49,13 +49,9 @@ def default_metric(records: List[Run], last_values: Dict[int, Dict[str, float]])
     declared = objective(records)
     if declared:
         return str(declared["metric"])
-    have = any("val/loss" in r.metrics or "val/loss" in last_values.get(r.idx, {}) for r in records)
-    if have:
-        return "val/loss"
-    if any("train/loss" in r.metrics or "train/loss" in last_values.get(r.idx, {}) for r in records):
-        return "train/loss"
-    own = next((k for r in records for k in r.metrics), None)  # any Hydra app: the first metric it returned
-    return own or "train/loss"
+    logged = [{**r.metrics, **{k: v for k, v in last_values.get(r.idx, {}).items() if k in ("val/loss", "train/loss")}}
+              for r in records]  # TensorBoard's last values count for the losses, a returned metric for the rest
+    return fallback_metric(logged) or "train/loss"
 
 
 def default_mode(metric: str, records: Optional[List[Run]] = None) -> Direction:

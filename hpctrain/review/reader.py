@@ -161,7 +161,9 @@ def read(listing: SweepListing, poller: Any = None) -> Sweep:
     runs for the API, ``status``, ``report`` and the tab. ``poller``: ``status --watch``'s squeue poller."""
     snap = collect(listing, poller)
     declared = snap.objective() or {}
+    metric = listing.objective_metric or declared.get("metric") or snap.metric  # report's choice when none is declared
+    mode = declared.get("mode") if declared.get("metric") == metric else None
     return Sweep(dir=listing.dir, launcher=listing.launcher, runs=snap.runs, swept=list(listing.swept),
-                 objective_metric=listing.objective_metric or declared.get("metric"),
-                 direction=Direction.parse(declared.get("mode") or "min"),
+                 objective_metric=metric,
+                 direction=Direction.parse(mode) if mode else default_mode(metric or "train/loss", snap.runs),
                  problems=list(snap.warnings), dead_workers=list(snap.dead_workers), listing=listing, taken=snap.taken)

@@ -112,6 +112,7 @@ class Snapshot:
     warnings: List[str]
     taken: float
     dead_workers: List[str] = field(default_factory=list)  # a search's workers that died: one line each
+    metric: Optional[str] = None  # the objective every run's ``objective`` is the value of
 
     def counts(self) -> Dict[State, int]:
         return state_counts(self.runs)
@@ -293,7 +294,8 @@ def collect(sweep: SweepListing, poller: "Optional[slurm.Poller[slurm_parse.Queu
         state, note = judge.state(spec, rs, found)
         read.append((spec, found, rs, state, note))
     declared = next((o for o in (_declared(sweep, found) for _, found, _, _, _ in read) if o), None) or {}
-    metric = sweep.objective_metric or declared.get("metric")
+    metric = sweep.objective_metric or declared.get("metric") or fallback_metric(
+        [found["metrics"] for _, found, _, _, _ in read if isinstance(found.get("metrics"), dict)])
     shares: Dict[str, int] = {}
     for spec in sweep.runs:
         if spec.job_id:
@@ -304,7 +306,17 @@ def collect(sweep: SweepListing, poller: "Optional[slurm.Poller[slurm_parse.Queu
     rows = [_row(sweep, spec, found, rs, state, note, now, metric, alloc, accounting, shares, packed, logs)
             for spec, found, rs, state, note in read]
     return Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings + accounting.problems, taken=now,
-                    dead_workers=dead_workers(sweep, judge))
+                    dead_workers=dead_workers(sweep, judge), metric=metric)
+
+
+def fallback_metric(metrics: Iterable[Dict[str, Any]]) -> Optional[str]:
+    """The objective of runs that declare none (any Hydra app), as ``status`` and ``report`` both rank by it:
+    the validation loss if any run has one, else the training loss, else the first metric a run returned."""
+    metrics = list(metrics)
+    for name in ("val/loss", "train/loss"):
+        if any(name in m for m in metrics):
+            return name
+    return next((k for m in metrics for k in m), None)
 
 
 def dead_workers(sweep: SweepListing, judge: _Judge) -> List[str]:

@@ -24,11 +24,12 @@ MAX_NOTES = 20  # lines about failed or cancelled runs under the table
 
 def print_table(sweep: reader.Sweep, con: Any) -> None:
     fancy = fmt.unicode_ok(con)
-    metric = sweep.objective_metric if sweep.objective_metric != "train/loss" else None
     search = sweep.listing is not None and sweep.listing.search is not None
     # an app that logs no train/loss (any Hydra app): its own returned metric, first of them, in that column
     own = [] if any(r.loss is not None for r in sweep.runs) else list(dict.fromkeys(k for r in sweep.runs for k in r.metrics))
-    shown = next((k for k in own if k != metric), None)
+    shown = own[0] if own else None
+    # the objective report ranks by, in a column of its own unless that one shows it already
+    metric = sweep.objective_metric if sweep.objective_metric not in ("train/loss", shown) else None
     headers = ["trial" if search else "#", ", ".join(sweep.swept) or "overrides", "state", "progress", shown or "loss"]
     headers += [f"{metric} ({sweep.direction.value})"] if metric else []
     staged = any(r.stage for r in sweep.runs)  # a search scheduler's trials: the rung each is at or runs to
@@ -105,7 +106,9 @@ def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json:
         if as_json:
             runs = [{**r.to_dict(), "gpu_hours": r.cost.gpu_hours if r.cost else None} for r in sweep.runs]
             print(json.dumps({"sweep_dir": str(sweep_dir), "counts": sweep.counts(), "warnings": sweep.problems,
-                              "dead_workers": sweep.dead_workers, "runs": runs, "gpu_hours": sweep.gpu_hours()},
+                              "dead_workers": sweep.dead_workers,
+                              "objective": {"metric": sweep.objective_metric, "mode": sweep.direction.value}
+                              if sweep.objective_metric else None, "runs": runs, "gpu_hours": sweep.gpu_hours()},
                              indent=1, default=str))
         else:
             if watch and con.is_terminal:
