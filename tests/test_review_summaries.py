@@ -47,3 +47,39 @@ def test_status_and_report_rank_a_plain_app_by_the_same_objective(sweep):
     assert "val/loss (min)" in table, table
     report = review(["report", str(sweep)], sweep.parent)
     assert report.returncode == 0 and "best: #1" in report.stdout and "val/loss" in report.stdout, report.stdout
+
+
+def _on_a_terminal(args, cwd: Path, columns: int) -> str:
+    """What a command prints on a pty ``columns`` wide (ANSI styles taken out)."""
+    import os
+    import pty
+    import re
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "hpctrain", *args], cwd=cwd, stdout=slave, stderr=slave,
+                            env=hpctrain_env({"COLUMNS": str(columns), "TERM": "xterm"}))
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait(timeout=60)
+    os.close(master)
+    return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.decode()).replace("\r", "")
+
+
+def test_status_fits_an_80_column_terminal(sweep):
+    out = _on_a_terminal(["status", str(sweep)], sweep.parent, 80)
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("#"))
+    table = lines[start:start + 2 + 3]  # header, rule, three runs
+    assert all(len(line) <= 80 for line in table), "\n".join(f"{len(line)}: {line}" for line in table)
+    assert table[0].split()[:4] == ["#", "x", "state", "progress"] and "val/loss (min)" in table[0], out
+    assert [line.split()[:3] for line in table[2:]] == [["0", "x=0", "completed"], ["1", "x=1", "completed"],
+                                                        ["2", "x=3", "completed"]], out
+    assert "Traceback" not in out

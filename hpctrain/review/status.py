@@ -49,7 +49,7 @@ def print_table(sweep: reader.Sweep, con: Any) -> None:
     n = len(headers)
     shift = 1 if staged else 0
     fmt.table(con, headers, rows, right=(0, 4 + shift, n - 4, n - 3, n - 2) + ((5 + shift,) if metric else ()),
-              styles=styles)
+              styles=styles, droppable=(n - 3, n - 2, n - 4, n - 1), squeeze=1)  # restarts, GPU-h, elapsed, log
 
 
 def counts_line(sweep: Any) -> str:
