@@ -83,3 +83,18 @@ def test_status_fits_an_80_column_terminal(sweep):
     assert [line.split()[:3] for line in table[2:]] == [["0", "x=0", "completed"], ["1", "x=1", "completed"],
                                                         ["2", "x=3", "completed"]], out
     assert "Traceback" not in out
+
+
+def test_report_prints_csv_markdown_or_json_on_stdout(sweep):
+    import csv
+    import io
+
+    done = review(["report", str(sweep), "--format", "csv"], sweep.parent)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert [r["idx"] for r in rows] == ["1", "0", "2"] and rows[0]["val/loss"] == "0.0"
+    assert done.stdout == (sweep / "results.csv").read_text()
+    md = review(["report", str(sweep), "--format", "md"], sweep.parent).stdout
+    assert md.startswith("# Sweep report") and "| rank |" in md
+    shown = json.loads(review(["report", str(sweep), "--format", "json"], sweep.parent).stdout)
+    assert shown["metric"] == "val/loss" and shown["best"]["idx"] == 1

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
-from hpctrain.core.atomic import write_json_atomic, write_text_atomic
 from hpctrain.core.paths import RunPaths
 from hpctrain.core.redact import redact_overrides, secret_hint
 from hpctrain.core.state import FAILURES, Direction, State
@@ -146,19 +145,20 @@ def result_rows(ranking: Ranking, swept: List[str]) -> List[Dict[str, Any]]:
     return out
 
 
-def write_csv(path: Path, table: List[Dict[str, Any]]) -> None:
+def csv_text(table: List[Dict[str, Any]]) -> str:
     buf = io.StringIO()
     if table:
         writer = csv.DictWriter(buf, fieldnames=list(table[0]))
         writer.writeheader()
         writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in table)
-    write_text_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
-def write_json(path: Path, ranking: Ranking, sweep_dir: Path, counts: Dict[State, int], command: Optional[str],
-               plots: List[Path]) -> None:
+def json_data(ranking: Ranking, sweep_dir: Path, counts: Dict[State, int], command: Optional[str],
+              plots: List[Path]) -> Dict[str, Any]:
+    """What results.json holds."""
     best = ranking.best
-    write_json_atomic(path, {
+    return {
         "sweep_dir": str(sweep_dir),
         "metric": ranking.metric,
         "mode": ranking.mode,
@@ -170,7 +170,7 @@ def write_json(path: Path, ranking: Ranking, sweep_dir: Path, counts: Dict[State
         "plots": [p.name for p in plots],
         "runs": [{**x.record.to_dict(), "rank": x.rank, "value": x.value,
                   "params": {k: typed_value(v) for k, v in x.record.values.items()}} for x in ranking.runs],
-    })
+    }
 
 
 def markdown(ranking: Ranking, sweep_dir: Path, swept: List[str], counts: Dict[State, int], command: Optional[str],

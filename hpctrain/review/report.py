@@ -2,6 +2,7 @@
 failed runs with the end of their error; report.md, results.csv, results.json and PNGs in the sweep dir.
 """
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -25,11 +26,11 @@ from hpctrain.review.ranking import (
     default_mode,
     markdown,
     objective,
+    csv_text,
+    json_data,
     rank,
     reproduce_command,
     result_rows,
-    write_csv,
-    write_json,
 )
 from hpctrain.review import reader
 from hpctrain.review.status import counts_line
@@ -95,10 +96,13 @@ def cost_section(sweep: reader.Sweep) -> List[str]:
     return [line for line in lines if line] + costs.low_utilisation(sweep.runs)
 
 
-def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = None) -> int:
+FORMATS = ("csv", "md", "json")  # --format: that one file's text on stdout, the rest on stderr
+
+
+def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = None, form: Optional[str] = None) -> int:
     from rich.text import Text
 
-    con = fmt.console()
+    con = fmt.console(sys.stderr if form else None)
     wanted = Direction.parse(mode) if mode else None
     sweep = reader.read(load_sweep(sweep_dir))
     records, swept = sweep.runs, sweep.swept
@@ -177,14 +181,18 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
                 images.append(search_review.history_plot(points, metric, ranking.mode,
                                                          sweep_dir / f"optimisation_history{suffix}.png"))
         names = [f"report{suffix}.md", f"results{suffix}.csv", f"results{suffix}.json"]
-        write_csv(sweep_dir / names[1], result_rows(ranking, swept))
-        write_json(sweep_dir / names[2], ranking, sweep_dir, sweep.counts(), command, images)
+        texts = {"csv": csv_text(result_rows(ranking, swept)),
+                 "json": json.dumps(json_data(ranking, sweep_dir, sweep.counts(), command, images), indent=1,
+                                    sort_keys=True, default=str)}
         cost_md = "\n## Cost\n\n" + "\n".join(f"- {line}" for line in cost_lines) + "\n" if cost_lines else ""
-        write_text_atomic(sweep_dir / names[0], markdown(
-            ranking, sweep_dir, swept, sweep.counts(), command, images) + cost_md)
+        texts["md"] = markdown(ranking, sweep_dir, swept, sweep.counts(), command, images) + cost_md
+        for name, key in zip(names, ("md", "csv", "json")):
+            write_text_atomic(sweep_dir / name, texts[key])
     except OSError as exc:
         print(f"hpctrain report: error: cannot write the report into {sweep_dir}: {exc}", file=sys.stderr)
         return 1
     names += [p.name for p in images]
     con.print(f"\nwrote into {fmt.short_path(str(sweep_dir))}/: " + ", ".join(names), soft_wrap=True, markup=False)
+    if form:
+        sys.stdout.write(texts[form] if texts[form].endswith("\n") else texts[form] + "\n")
     return 0
