@@ -118,3 +118,12 @@ def test_status_without_a_dir_is_not_misled_by_a_future_mtime(tmp_path, monkeypa
     os.utime(old / "sweep.json", (ahead, ahead))
     monkeypatch.chdir(tmp_path)
     assert find_sweep_dir(None) == new.absolute()
+
+
+def test_status_shows_slurms_pending_reason(tmp_path, fake_squeue):  # noqa: F811 - the fixture
+    fake_squeue(["100_0|PENDING|Priority", "100_1|PENDING|QOSMaxJobsPerUserLimit", "100_2|RUNNING|None"])
+    sweep = make_sweep(tmp_path / "s", {0: {}, 1: {}, 2: {"metrics": RUNNING, "record": [SUBMITTED, started("100_2")]}})
+    out = _status(sweep)
+    rows = [line.split() for line in out.stdout.splitlines() if line[:1].isdigit()]
+    assert [row[2:4] for row in rows[:2]] == [["queued", "(Priority)"], ["queued", "(QOSMaxJobsPerUserLimit)"]], out.stdout
+    assert rows[2][2] == "running" and "Traceback" not in out.stderr

@@ -38,7 +38,9 @@ def print_table(sweep: reader.Sweep, con: Any) -> None:
         headers.insert(3, "unit")
     rows, styles = [], []
     for r in sweep.runs:
-        row = [str(r.idx), fmt.label(r.values, r.overrides), r.state, fmt.bar(r.step, r.max_steps, fancy=fancy),
+        waiting = r.state is State.QUEUED and r.note and r.step is None  # Slurm's pending reason, as the tab shows it
+        progress = f"({r.note})" if waiting else fmt.bar(r.step, r.max_steps, fancy=fancy)
+        row = [str(r.idx), fmt.label(r.values, r.overrides), r.state, progress,
                fmt.number(r.metrics.get(shown) if shown else r.loss)]
         if staged:
             row.insert(3, r.stage or "")
