@@ -125,6 +125,8 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     is_objective = declared is not None and declared.get("metric") == metric and wanted in (None, declared.get("mode"))
     ranking = rank(records, metric, wanted or default_mode(metric, records), last)
     command = reproduce_command(ranking.best.record, manifest.app if manifest else None) if ranking.best else None
+    pbt_lines, replay, pbt_images = lineage.section(ranking, records, manifest.app if manifest else None, sweep_dir)
+    command = replay or command  # a PBT trial reproduces by its schedule replayed as one run, not its start values
     code: List[str] = []  # the commit(s) the best run's code came from; its command reruns that code
     if ranking.best and command:
         best_dir = Path(ranking.best.record.run_dir) if ranking.best.record.run_dir else None
@@ -155,7 +157,6 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
             best = "-" if row["best"] is None else f"{fmt.number(row['best'])} (#{row['best_trial']})"
             con.print(f"  {row['bracket']}  rung {row['rung']}  step {row['step']}: {row['trials']} trial(s), "
                       f"{row['promoted']} promoted, best {best}", soft_wrap=True, markup=False, highlight=False)
-    pbt_lines, replay, pbt_images = lineage.section(ranking, records, manifest.app if manifest else None, sweep_dir)
     for line in pbt_lines:
         con.print(line, soft_wrap=True, markup=False, highlight=False)
     if replay:
