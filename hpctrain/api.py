@@ -11,6 +11,7 @@ is said in ``Sweep.problems``, never raised.
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -42,11 +43,35 @@ def launch(overrides: Sequence[str], launcher: Optional[str] = None, sweep_dir: 
 
     ``launcher``: "slurm", "local", or None (Slurm when sbatch is on PATH). On Slurm the call returns once the
     sweep is queued; the local launcher runs in a child process the returned Sweep holds. Bad input raises
-    ``SweepError`` with the launcher's own one-line message; nothing is submitted then.
+    ``SweepError`` with the launcher's message as one line; nothing is submitted then, and a sweep dir
+    the call made is removed (and its date dir, when empty).
     """
     where = Path(cwd or os.getcwd())
     target = Path(sweep_dir) if sweep_dir else Path("multirun", time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S"))
     target = target if target.is_absolute() else where / target
+    existed = target.exists()
+    try:
+        return _launch(overrides, launcher, target, app, where)
+    except SweepError:
+        if not existed and not (target / "sweep.json").exists():
+            _remove_new(target, where)  # a refused sweep leaves no dir: defaults keep pointing at the last real one
+        raise
+
+
+def _remove_new(target: Path, where: Path) -> None:
+    """Remove the refused sweep's dir and the date dir above it when they hold nothing else."""
+    shutil.rmtree(target, ignore_errors=True)
+    for parent in target.parents:
+        if parent == where or not parent.is_relative_to(where):
+            break
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+
+
+def _launch(overrides: Sequence[str], launcher: Optional[str], target: Path, app: Sequence[str],
+            where: Path) -> Sweep:
     argv = [sys.executable, *app, "-m", *overrides, f"hydra.sweep.dir={target}"]
     if launcher:
         argv.append(f"hydra/launcher={launcher}")
@@ -60,6 +85,8 @@ def launch(overrides: Sequence[str], launcher: Optional[str] = None, sweep_dir: 
             if proc.poll() is not None:
                 raise SweepError(_first_error(log_path.read_text(), argv))
             if time.monotonic() > deadline:
+                proc.terminate()  # its dir is removed: nothing may go on writing there
+                proc.wait()
                 raise SweepError(f"{target}: no sweep.json within 120 s of `{shlex.join(argv)}`")
             time.sleep(0.2)
         sweep = load(target)
@@ -72,11 +99,21 @@ def launch(overrides: Sequence[str], launcher: Optional[str] = None, sweep_dir: 
 
 
 def _has_sbatch() -> bool:
-    import shutil
-
     return shutil.which("sbatch") is not None
 
 
+# Hydra's advice and context lines around its error: the exception says the error alone
+_NOT_THE_ERROR = ("hpctrain: launcher ", "To append to your config", "Set the environment variable HYDRA_FULL_ERROR",
+                  "full_key:", "object_type=", "reference_type=", "Traceback (most recent call last)")
+
+
 def _first_error(text: str, argv: Sequence[str]) -> str:
-    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("hpctrain: launcher ")]
-    return "\n".join(lines[:20]) if lines else f"`{shlex.join(argv)}` failed"
+    """The launcher's error as one line (Hydra's several lines and an hpctrain problem list joined)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(_NOT_THE_ERROR)]
+    if not lines:
+        return f"`{shlex.join(argv)}` failed"
+    joined = lines[0]
+    for line in lines[1:8]:
+        joined = f"{joined} {line}" if joined.endswith(":") else f"{joined.rstrip('.')}: {line}"
+    return joined if len(joined) <= 400 else joined[:399] + "…"

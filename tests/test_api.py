@@ -38,7 +38,7 @@ def test_a_local_launch_returns_at_once_and_load_reads_it_back(tmp_path, monkeyp
     assert list(frame["val/loss"]) == [truth[i]["metrics"]["val/loss"] for i in (0, 1)]
     # the local launcher's cost: wall time x GPUs (none here), from the runs' own records, marked as such
     assert all(r.cost.estimated and r.cost.gpu_hours == 0 and r.cost.wall_s > 0 for r in done.runs)
-    curves = done.curves("train/loss")
+    curves = done.curve_points("train/loss")
     assert sorted(curves) == [r.name for r in done.runs] and [s for s, _ in curves[best.name]] == [10, 20]
     table = hpctrain.compare([tmp_path / "s", tmp_path / "s"])
     assert len(table) == 4 and list(table.columns[:2]) == ["sweep", "index"]

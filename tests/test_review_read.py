@@ -118,3 +118,35 @@ def test_status_without_a_dir_is_not_misled_by_a_future_mtime(tmp_path, monkeypa
     os.utime(old / "sweep.json", (ahead, ahead))
     monkeypatch.chdir(tmp_path)
     assert find_sweep_dir(None) == new.absolute()
+
+
+def test_status_shows_slurms_pending_reason(tmp_path, fake_squeue):  # noqa: F811 - the fixture
+    fake_squeue(["100_0|PENDING|Priority", "100_1|PENDING|QOSMaxJobsPerUserLimit", "100_2|RUNNING|None"])
+    sweep = make_sweep(tmp_path / "s", {0: {}, 1: {}, 2: {"metrics": RUNNING, "record": [SUBMITTED, started("100_2")]}})
+    out = _status(sweep)
+    rows = [line.split() for line in out.stdout.splitlines() if line[:1].isdigit()]
+    assert [row[2:4] for row in rows[:2]] == [["queued", "(Priority)"], ["queued", "(QOSMaxJobsPerUserLimit)"]], out.stdout
+    assert rows[2][2] == "running" and "Traceback" not in out.stderr
+
+
+def test_the_tabs_running_row_has_its_latest_objective_step_rung_parent_and_log(tmp_path, fake_squeue):  # noqa: F811
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from hpctrain.review.tensorboard_plugin.data import TailCache, payload
+
+    fake_squeue(["100_0|RUNNING|None"])
+    declared = {**RUNNING, "objective": {"metric": "val/loss", "mode": "min"},
+                "lineage": [{"step": 0, "parent": None, "params": {}}, {"step": 4, "parent": 3, "params": {}}]}
+    sweep = make_sweep(tmp_path / "s", {0: {"metrics": declared, "record": [SUBMITTED, started("100_0")],
+                                            "err": "", "out": "submitit INFO - Starting\nstep 4 loss 1.5\n"}})
+    run_dir = next(p for p in sweep.iterdir() if p.name.startswith("0_"))
+    writer = EventFileWriter(str(run_dir / "tb"))
+    for step, value in ((2, 2.5), (4, 1.25)):
+        writer.add_event(Event(wall_time=time.time(), step=step,
+                               summary=Summary(value=[Summary.Value(tag="val/loss", simple_value=value)])))
+    writer.close()
+    row = payload(sweep, TailCache())["runs"][0]
+    assert row["state"] == "running" and row["objective"] == 1.25 and row["objective_step"] == 4, row
+    assert row["parent"] == 3 and row["log"] and row["log"].endswith("_log.out"), row

@@ -56,3 +56,20 @@ def test_a_run_keeps_its_means_and_peaks_and_status_flags_idle_gpus(tmp_path):
     status = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep)], capture_output=True,
                             text=True, env=hpctrain_env(env), cwd=tmp_path)
     assert "#0: GPUs 9 % busy on average, peak memory 2.0 GB" in status.stdout, status.stdout
+
+
+def test_sys_scalars_are_at_the_training_step(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (tmp_path / "metrics.json").write_text(json.dumps({"step": 40}))
+    with Sampler(str(tmp_path), interval_s=0.05) as sampler:
+        deadline = time.time() + 5
+        while sampler.stats.n.get("cpu", 0) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        (tmp_path / "metrics.json").write_text(json.dumps({"step": 70}))
+        while sampler.stats.n.get("cpu", 0) < 5 and time.time() < deadline:
+            time.sleep(0.01)
+    acc = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    steps = [e.step for e in acc.Scalars("sys/cpu")]
+    assert steps[0] == 40 and steps[-1] == 70 and steps == sorted(steps), steps

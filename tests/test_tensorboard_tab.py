@@ -274,6 +274,46 @@ def test_the_tab_is_registered_by_entry_point_and_served_once():
     assert len(ours) == 1
 
 
+def test_the_history_is_robust_to_an_outlier_and_draws_the_best_so_far_and_the_log_link(browser, sweep, tmp_path):
+    search = tmp_path / "search"
+    shutil.copytree(sweep, search, symlinks=True)
+    manifest = json.loads((search / "sweep.json").read_text())
+    manifest["search"] = {"metric": "val/loss", "direction": "minimize"}
+    (search / "sweep.json").write_text(json.dumps(manifest))
+    values = {"0": 0.9, "1": 13.1, "2": 0.85}  # one outlier beside the rest
+    for i, value in values.items():
+        run_dir = search / manifest["runs"][i]["run_dir"]
+        record = json.loads((run_dir / "metrics.json").read_text())
+        record.setdefault("metrics", {})["val/loss"] = value
+        record["status"] = "completed"
+        (run_dir / "metrics.json").write_text(json.dumps(record))
+    from hpctrain.core import events
+
+    events.submitted(search / manifest["runs"]["2"]["run_dir"])
+    events.completed(search / manifest["runs"]["2"]["run_dir"])
+    b = Board(search)
+    try:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        pg = context.new_page()
+        pg.goto(b.url + "#hpctrain")
+        frame = tab(pg)
+        frame.wait_for_selector("#history", timeout=10_000)
+        points = frame.get_attribute("#best-so-far", "points").split()
+        assert len(points) >= 3, points  # a staircase over the trials, on to the last one
+        ys = [float(p.split(",")[1]) for p in points]
+        assert ys == sorted(ys) and ys[-1] > ys[0], points  # it only improves (down is a lower loss: larger y)
+        assert frame.get_attribute("#history-scale", "data-scale") == "clipped"
+        dots = [float(c.get_attribute("cy")) for c in frame.query_selector_all("#history circle")]
+        assert dots[2] - dots[0] > 100, dots  # 0.9 (trial 0) and 0.85 (trial 2) far apart, not flattened by 13.1
+        link = frame.query_selector("#runs tr[data-idx='0'] a.log")
+        assert link is not None
+        text = frame.evaluate("async () => (await fetch('./log?idx=0', {credentials: 'same-origin'})).text()")
+        assert text.strip() and "no log yet" not in text, text
+        context.close()
+    finally:
+        b.stop()
+
+
 # last: it changes the sweep's files
 def test_the_tab_follows_state_changes_on_disk_within_5_s(page, sweep, tmp_path):
     from hpctrain.core import events

@@ -3,7 +3,7 @@
 A daemon thread of the job wrapper, never the training step: it wakes every ``interval_s``, reads counters
 the driver and the kernel keep anyway, and goes back to sleep. Rank 0 of each node writes TensorBoard
 scalars (``sys/gpu_util``, ``sys/gpu_mem``, ``sys/cpu``, ``sys/rss``) into the run's ``tb/`` (an event file
-of its own beside the trainer's) and, at the end of the attempt, the means and peaks into metrics.json
+of its own beside the trainer's), at the training step metrics.json holds and, at the end of the attempt, the means and peaks into metrics.json
 (``"sys"``). Without NVML (no GPU, no driver, nvidia-ml-py missing) only CPU and memory are sampled.
 """
 
@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from hpctrain.core import summary as run_summary
 from hpctrain.core.paths import TB_DIR
 
 GB = 1024 ** 3
@@ -131,10 +132,15 @@ class Sampler:
 
         if self._writer is None:
             self._writer = EventFileWriter(os.path.join(self.run_dir, TB_DIR), filename_suffix=".sys")
-        self._step += 1
+        self._step = self._training_step()
         summary = Summary(value=[Summary.Value(tag=f"sys/{k}", simple_value=float(v)) for k, v in values.items()])
         self._writer.add_event(Event(wall_time=time.time(), step=self._step, summary=summary))
         self._writer.flush()
+
+    def _training_step(self) -> int:
+        """The step the trainer last wrote into metrics.json: sys/* share the x-axis of the losses."""
+        step = (run_summary.read(self.run_dir) or {}).get("step")
+        return step if isinstance(step, int) and step >= self._step else self._step
 
     def summary(self) -> Dict[str, float]:
         """Means and peaks: ``gpu_util_mean`` (%), ``gpu_mem_peak`` (GB), ``cpu_mean`` (%), ``rss_peak`` (GB), ..."""

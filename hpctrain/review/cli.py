@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("sweep_dir", nargs="?", help=_SWEEP_HELP)
     r.add_argument("--metric", help="the metric to rank by (default: the sweep's objective, objective.metric; a search's own metric)")
     r.add_argument("--mode", choices=[d.value for d in Direction], help="lower or higher is better (default: the objective's mode for its metric, else from the name)")
+    r.add_argument("--format", choices=["csv", "md", "json"], dest="form",
+                   help="print results.csv, report.md or results.json on stdout (the rest goes to stderr)")
 
     c = sub.add_parser("cancel", help="cancel what is still queued or running")
     c.add_argument("sweep_dir", nargs="?", help=_SWEEP_HELP)
@@ -70,7 +72,7 @@ def run_subcommand(argv: List[str]) -> int:
         if args.command == "report":
             from hpctrain.review import report
 
-            return report.run(sweep_dir, metric=args.metric, mode=args.mode)
+            return report.run(sweep_dir, metric=args.metric, mode=args.mode, form=args.form)
         if args.command == "cancel":
             from hpctrain.review import cancel
 

@@ -103,9 +103,12 @@ def short_path(path: Optional[str]) -> str:
 
 
 def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = (),
-          styles: Optional[Sequence[Sequence[Optional[str]]]] = None, row_styles: Optional[Sequence[Optional[str]]] = None
-          ) -> None:
+          styles: Optional[Sequence[Sequence[Optional[str]]]] = None, row_styles: Optional[Sequence[Optional[str]]] = None,
+          droppable: Sequence[int] = (), squeeze: Optional[int] = None) -> None:
     """Print aligned columns, one row per line, styled cells on a terminal.
+
+    On a terminal narrower than the table, the ``droppable`` columns go first (in that order), then the
+    ``squeeze`` column's cells are cut with "…", so that each row fits its width.
 
     rich's Table costs about 2 ms a row (2 s for a 1000-run sweep), so columns are padded here and the
     whole table goes out as one rich Text. On a terminal the last column (a path) is shortened from the
@@ -113,6 +116,8 @@ def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right
     """
     from rich.text import Span, Text
 
+    if con.is_terminal and (droppable or squeeze is not None):
+        headers, rows, styles, right, squeeze = _fit(con.width, headers, rows, styles, right, droppable, squeeze)
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
@@ -125,7 +130,9 @@ def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right
     def cells(row: Sequence[str]) -> List[str]:
         out = []
         for i, cell in enumerate(row):
-            if i == last:
+            if i == last and i in right:  # a number left last when the columns after it did not fit
+                out.append(cell.rjust(widths[i]))
+            elif i == last:
                 out.append(cell if room is None or len(cell) <= room else "…" + cell[-(room - 1):])
             else:
                 out.append(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]))
@@ -160,3 +167,27 @@ def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right
         add("\n")
     text = Text("".join(parts).rstrip("\n"), spans=spans, no_wrap=True, overflow="ignore")
     con.print(text, soft_wrap=True, crop=False)
+
+
+def _fit(width: int, headers: Sequence[str], rows: Sequence[Sequence[str]],
+         styles: Optional[Sequence[Sequence[Optional[str]]]], right: Sequence[int], droppable: Sequence[int],
+         squeeze: Optional[int]) -> Any:
+    """The columns that fit ``width``: ``droppable`` ones left out first, then ``squeeze``'s cells cut."""
+    def needed(keep: List[int]) -> int:
+        return sum(max([len(headers[i])] + [len(r[i]) for r in rows]) for i in keep) + 2 * (len(keep) - 1)
+
+    keep = list(range(len(headers)))
+    for i in droppable:
+        if needed(keep) <= width:
+            break
+        keep.remove(i)
+    over = needed(keep) - width
+    cut: List[List[str]] = [list(r) for r in rows]
+    if over > 0 and squeeze is not None and squeeze in keep:
+        cap = max(len(headers[squeeze]), 8, max(len(r[squeeze]) for r in cut) - over) if cut else 8
+        for r in cut:
+            r[squeeze] = r[squeeze] if len(r[squeeze]) <= cap else r[squeeze][:cap - 1] + "…"
+    new = {old: n for n, old in enumerate(keep)}
+    return ([headers[i] for i in keep], [[r[i] for i in keep] for r in cut],
+            [[s[i] for i in keep] for s in styles] if styles else styles, tuple(new[i] for i in right if i in new),
+            new.get(squeeze) if squeeze is not None else None)

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
 from hpctrain.core import safefs
-from hpctrain.core.atomic import write_json_atomic, write_text_atomic
 from hpctrain.core.paths import RunPaths
 from hpctrain.core.redact import redact_overrides, secret_hint
 from hpctrain.core.state import FAILURES, Direction, State
 from hpctrain.review import fmt
-from hpctrain.review.runs import Run
+from hpctrain.review.runs import Run, fallback_metric
 from hpctrain.review.sweep import typed_value  # noqa: F401 - importable from here too
 
 _HIGHER_IS_BETTER = re.compile(r"acc|f1|auc|score|mfu|per_s|throughput|reward|bleu|precision|recall", re.I)
@@ -50,13 +49,9 @@ def default_metric(records: List[Run], last_values: Dict[int, Dict[str, float]])
     declared = objective(records)
     if declared:
         return str(declared["metric"])
-    have = any("val/loss" in r.metrics or "val/loss" in last_values.get(r.idx, {}) for r in records)
-    if have:
-        return "val/loss"
-    if any("train/loss" in r.metrics or "train/loss" in last_values.get(r.idx, {}) for r in records):
-        return "train/loss"
-    own = next((k for r in records for k in r.metrics), None)  # any Hydra app: the first metric it returned
-    return own or "train/loss"
+    logged = [{**r.metrics, **{k: v for k, v in last_values.get(r.idx, {}).items() if k in ("val/loss", "train/loss")}}
+              for r in records]  # TensorBoard's last values count for the losses, a returned metric for the rest
+    return fallback_metric(logged) or "train/loss"
 
 
 def default_mode(metric: str, records: Optional[List[Run]] = None) -> Direction:
@@ -151,19 +146,20 @@ def result_rows(ranking: Ranking, swept: List[str]) -> List[Dict[str, Any]]:
     return out
 
 
-def write_csv(path: Path, table: List[Dict[str, Any]]) -> None:
+def csv_text(table: List[Dict[str, Any]]) -> str:
     buf = io.StringIO()
     if table:
         writer = csv.DictWriter(buf, fieldnames=list(table[0]))
         writer.writeheader()
         writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in table)
-    write_text_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
-def write_json(path: Path, ranking: Ranking, sweep_dir: Path, counts: Dict[State, int], command: Optional[str],
-               plots: List[Path]) -> None:
+def json_data(ranking: Ranking, sweep_dir: Path, counts: Dict[State, int], command: Optional[str],
+              plots: List[Path]) -> Dict[str, Any]:
+    """What results.json holds."""
     best = ranking.best
-    write_json_atomic(path, {
+    return {
         "sweep_dir": str(sweep_dir),
         "metric": ranking.metric,
         "mode": ranking.mode,
@@ -175,7 +171,7 @@ def write_json(path: Path, ranking: Ranking, sweep_dir: Path, counts: Dict[State
         "plots": [p.name for p in plots],
         "runs": [{**x.record.to_dict(), "rank": x.rank, "value": x.value,
                   "params": {k: typed_value(v) for k, v in x.record.values.items()}} for x in ranking.runs],
-    })
+    }
 
 
 def markdown(ranking: Ranking, sweep_dir: Path, swept: List[str], counts: Dict[State, int], command: Optional[str],

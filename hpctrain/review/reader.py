@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from hpctrain.core.state import ACTIVE, Direction, State
+from hpctrain.review.ranking import default_mode
 from hpctrain.review.runs import Run, collect, state_counts
 from hpctrain.review.sweep import SweepListing
 from hpctrain.review.sweep import find_sweep_dir, load_sweep
@@ -21,7 +22,7 @@ PathLike = Union[str, Path]
 Curve = List[Tuple[int, float]]
 
 
-@dataclass
+@dataclass(repr=False)
 class Sweep:
     dir: Path
     launcher: str
@@ -41,12 +42,26 @@ class Sweep:
     def active(self) -> List[Run]:
         return [r for r in self.runs if r.state in ACTIVE]
 
-    def best(self) -> Optional[Run]:
-        scored = [r for r in self.runs if r.objective is not None]
-        if not scored:
+    def best(self, metric: Optional[str] = None, mode: Optional[str] = None) -> Optional[Run]:
+        """The best run by the sweep's objective, or by ``metric`` (a key of ``Run.metrics``) in ``mode``
+        ("min" or "max"; default: the sweep's direction for its objective, else guessed from the name as
+        ``report`` does: accuracy up, loss down); None when no run has the metric. Ray Tune's
+        ``ResultGrid.get_best_result(metric, mode)``."""
+        direction = self.direction if mode is None and metric in (None, self.objective_metric) else (
+            Direction.parse(mode) if mode is not None else default_mode(metric or "", self.runs))
+        scored = [(r, _value(r, metric, self.objective_metric)) for r in self.runs]
+        numbers = [(r, v) for r, v in scored if v is not None]
+        if not numbers:
             return None
-        pick = min if self.direction is Direction.MIN else max
-        return pick(scored, key=lambda r: float(r.objective or 0.0))  # scored: never None
+        pick = min if direction is Direction.MIN else max
+        return pick(numbers, key=lambda rv: rv[1])[0]
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{n} {s.value}" for s, n in self.counts().items()) or "no runs"
+        best = self.best()
+        shown = f"; best {best.name!r} {self.objective_metric or 'objective'}={best.objective:.4g}" if (
+            best is not None and best.objective is not None) else ""
+        return f"Sweep({str(self.dir)!r}, {len(self.runs)} runs: {counts}{shown})"
 
     def gpu_hours(self, state: Optional[State] = None) -> float:
         """GPU-hours of every run, or of the runs that ended ``state`` (completed, failed, cancelled, ...)."""
@@ -72,7 +87,18 @@ class Sweep:
             raise ImportError("Sweep.to_pandas() needs pandas: pip install 'hpctrain[pandas]' (or pandas)") from None
         return pd.DataFrame([_row(r) for r in self.runs])
 
-    def curves(self, tag: str) -> Dict[str, Curve]:
+    def curves(self, tag: str) -> Any:
+        """One scalar tag of every run as a long pandas DataFrame (columns run, step, value; ``run`` the run's
+        name), read with TensorBoard's own reader; without pandas, :meth:`curve_points`'s dict."""
+        points = self.curve_points(tag)
+        try:
+            import pandas as pd
+        except ImportError:
+            return points
+        rows = [(name, step, value) for name, curve in points.items() for step, value in curve]
+        return pd.DataFrame(rows, columns=["run", "step", "value"])
+
+    def curve_points(self, tag: str) -> Dict[str, Curve]:
         """``{run name: [(step, value), ...]}`` of one scalar tag, read with TensorBoard's own reader."""
         from hpctrain.review.plots import read_scalars
 
@@ -102,6 +128,16 @@ class Sweep:
         return sweep
 
 
+def _value(run: Run, metric: Optional[str], objective_metric: Optional[str]) -> Optional[float]:
+    raw = run.objective if metric is None or metric == objective_metric else run.metrics.get(metric)
+    if raw is None and metric == objective_metric and metric is not None:
+        raw = run.metrics.get(metric)
+    try:
+        return None if raw is None else float(raw)
+    except (TypeError, ValueError):
+        return None
+
+
 def _row(r: Run) -> Dict[str, Any]:
     row: Dict[str, Any] = {"index": r.idx, "name": r.name, **r.params, "state": r.state.value,
                            "objective": r.objective}
@@ -125,7 +161,9 @@ def read(listing: SweepListing, poller: Any = None) -> Sweep:
     runs for the API, ``status``, ``report`` and the tab. ``poller``: ``status --watch``'s squeue poller."""
     snap = collect(listing, poller)
     declared = snap.objective() or {}
+    metric = listing.objective_metric or declared.get("metric") or snap.metric  # report's choice when none is declared
+    mode = declared.get("mode") if declared.get("metric") == metric else None
     return Sweep(dir=listing.dir, launcher=listing.launcher, runs=snap.runs, swept=list(listing.swept),
-                 objective_metric=listing.objective_metric or declared.get("metric"),
-                 direction=Direction.parse(declared.get("mode") or "min"),
+                 objective_metric=metric,
+                 direction=Direction.parse(mode) if mode else default_mode(metric or "train/loss", snap.runs),
                  problems=list(snap.warnings), dead_workers=list(snap.dead_workers), listing=listing, taken=snap.taken)

@@ -2,6 +2,7 @@
 failed runs with the end of their error; report.md, results.csv, results.json and PNGs in the sweep dir.
 """
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -25,11 +26,11 @@ from hpctrain.review.ranking import (
     default_mode,
     markdown,
     objective,
+    csv_text,
+    json_data,
     rank,
     reproduce_command,
     result_rows,
-    write_csv,
-    write_json,
 )
 from hpctrain.review import reader
 from hpctrain.review.status import counts_line
@@ -95,10 +96,13 @@ def cost_section(sweep: reader.Sweep) -> List[str]:
     return [line for line in lines if line] + costs.low_utilisation(sweep.runs)
 
 
-def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = None) -> int:
+FORMATS = ("csv", "md", "json")  # --format: that one file's text on stdout, the rest on stderr
+
+
+def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = None, form: Optional[str] = None) -> int:
     from rich.text import Text
 
-    con = fmt.console()
+    con = fmt.console(sys.stderr if form else None)
     wanted = Direction.parse(mode) if mode else None
     sweep = reader.read(load_sweep(sweep_dir))
     records, swept = sweep.runs, sweep.swept
@@ -121,6 +125,8 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     is_objective = declared is not None and declared.get("metric") == metric and wanted in (None, declared.get("mode"))
     ranking = rank(records, metric, wanted or default_mode(metric, records), last)
     command = reproduce_command(ranking.best.record, manifest.app if manifest else None) if ranking.best else None
+    pbt_lines, replay, pbt_images = lineage.section(ranking, records, manifest.app if manifest else None, sweep_dir)
+    command = replay or command  # a PBT trial reproduces by its schedule replayed as one run, not its start values
     code: List[str] = []  # the commit(s) the best run's code came from; its command reruns that code
     if ranking.best and command:
         best_dir = Path(ranking.best.record.run_dir) if ranking.best.record.run_dir else None
@@ -151,7 +157,6 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
             best = "-" if row["best"] is None else f"{fmt.number(row['best'])} (#{row['best_trial']})"
             con.print(f"  {row['bracket']}  rung {row['rung']}  step {row['step']}: {row['trials']} trial(s), "
                       f"{row['promoted']} promoted, best {best}", soft_wrap=True, markup=False, highlight=False)
-    pbt_lines, replay, pbt_images = lineage.section(ranking, records, manifest.app if manifest else None, sweep_dir)
     for line in pbt_lines:
         con.print(line, soft_wrap=True, markup=False, highlight=False)
     if replay:
@@ -177,14 +182,18 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
                 images.append(search_review.history_plot(points, metric, ranking.mode,
                                                          sweep_dir / f"optimisation_history{suffix}.png"))
         names = [f"report{suffix}.md", f"results{suffix}.csv", f"results{suffix}.json"]
-        write_csv(sweep_dir / names[1], result_rows(ranking, swept))
-        write_json(sweep_dir / names[2], ranking, sweep_dir, sweep.counts(), command, images)
+        texts = {"csv": csv_text(result_rows(ranking, swept)),
+                 "json": json.dumps(json_data(ranking, sweep_dir, sweep.counts(), command, images), indent=1,
+                                    sort_keys=True, default=str)}
         cost_md = "\n## Cost\n\n" + "\n".join(f"- {line}" for line in cost_lines) + "\n" if cost_lines else ""
-        write_text_atomic(sweep_dir / names[0], markdown(
-            ranking, sweep_dir, swept, sweep.counts(), command, images) + cost_md)
+        texts["md"] = markdown(ranking, sweep_dir, swept, sweep.counts(), command, images) + cost_md
+        for name, key in zip(names, ("md", "csv", "json")):
+            write_text_atomic(sweep_dir / name, texts[key])
     except OSError as exc:
         print(f"hpctrain report: error: cannot write the report into {sweep_dir}: {exc}", file=sys.stderr)
         return 1
     names += [p.name for p in images]
     con.print(f"\nwrote into {fmt.short_path(str(sweep_dir))}/: " + ", ".join(names), soft_wrap=True, markup=False)
+    if form:
+        sys.stdout.write(texts[form] if texts[form].endswith("\n") else texts[form] + "\n")
     return 0

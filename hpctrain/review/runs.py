@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 from hpctrain.core import events, summary
 from hpctrain.core.paths import RunPaths, SweepPaths
 from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RESTING, EventKind, RunState, State
+from hpctrain.review import checkpoints
 from hpctrain.review import cost as costs
 from hpctrain.review import jobs
 from hpctrain.review import search as search_review
@@ -30,7 +31,7 @@ STATES = tuple(State)  # the order counts are shown in
 LAUNCHER_QUIET_S = 60.0  # a local sweep that wrote nothing for this long, with no run alive, has no launcher
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Run:
     """One run of a sweep as review knows it now: its record checked against the queue, its summary, its
     cost. Built once by :func:`collect`, never changed after: the one row type of ``status``, ``report``,
@@ -74,6 +75,27 @@ class Run:
         """The swept values, as numbers where they are numbers."""
         return {k: typed_value(v) for k, v in self.values.items()}
 
+    @property
+    def config(self) -> Any:
+        """The run's composed config (its ``.hydra/config.yaml``) as an OmegaConf DictConfig; None before it exists."""
+        if self.run_dir is None or not RunPaths(self.run_dir).hydra_config.is_file():
+            return None
+        from omegaconf import OmegaConf
+
+        return OmegaConf.load(RunPaths(self.run_dir).hydra_config)
+
+    @property
+    def checkpoint(self) -> Optional[Path]:
+        """The newest complete checkpoint (``last.pt``, else ``previous.pt``; a torn file is not); None without one."""
+        return checkpoints.newest_complete(self.run_dir)
+
+    def __repr__(self) -> str:
+        metric = (self.declared_objective or {}).get("metric", "objective")
+        shown = f"{metric}={self.objective:.4g}" if self.objective is not None else "no objective yet"
+        step = f", step {self.step}/{self.max_steps}" if self.step is not None and self.max_steps else (
+            f", step {self.step}" if self.step is not None else "")
+        return f"Run({self.idx} {self.name!r}, {self.state.value}, {shown}{step})"
+
 
 def state_counts(runs: Iterable[Any]) -> Dict[State, int]:
     """How many runs are in each state, in STATES order, states with none left out."""
@@ -90,6 +112,7 @@ class Snapshot:
     warnings: List[str]
     taken: float
     dead_workers: List[str] = field(default_factory=list)  # a search's workers that died: one line each
+    metric: Optional[str] = None  # the objective every run's ``objective`` is the value of
 
     def counts(self) -> Dict[State, int]:
         return state_counts(self.runs)
@@ -271,7 +294,8 @@ def collect(sweep: SweepListing, poller: "Optional[slurm.Poller[slurm_parse.Queu
         state, note = judge.state(spec, rs, found)
         read.append((spec, found, rs, state, note))
     declared = next((o for o in (_declared(sweep, found) for _, found, _, _, _ in read) if o), None) or {}
-    metric = sweep.objective_metric or declared.get("metric")
+    metric = sweep.objective_metric or declared.get("metric") or fallback_metric(
+        [found["metrics"] for _, found, _, _, _ in read if isinstance(found.get("metrics"), dict)])
     shares: Dict[str, int] = {}
     for spec in sweep.runs:
         if spec.job_id:
@@ -282,7 +306,17 @@ def collect(sweep: SweepListing, poller: "Optional[slurm.Poller[slurm_parse.Queu
     rows = [_row(sweep, spec, found, rs, state, note, now, metric, alloc, accounting, shares, packed, logs)
             for spec, found, rs, state, note in read]
     return Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings + accounting.problems, taken=now,
-                    dead_workers=dead_workers(sweep, judge))
+                    dead_workers=dead_workers(sweep, judge), metric=metric)
+
+
+def fallback_metric(metrics: Iterable[Dict[str, Any]]) -> Optional[str]:
+    """The objective of runs that declare none (any Hydra app), as ``status`` and ``report`` both rank by it:
+    the validation loss if any run has one, else the training loss, else the first metric a run returned."""
+    metrics = list(metrics)
+    for name in ("val/loss", "train/loss"):
+        if any(name in m for m in metrics):
+            return name
+    return next((k for m in metrics for k in m), None)
 
 
 def dead_workers(sweep: SweepListing, judge: _Judge) -> List[str]:

@@ -24,11 +24,12 @@ MAX_NOTES = 20  # lines about failed or cancelled runs under the table
 
 def print_table(sweep: reader.Sweep, con: Any) -> None:
     fancy = fmt.unicode_ok(con)
-    metric = sweep.objective_metric if sweep.objective_metric != "train/loss" else None
     search = sweep.listing is not None and sweep.listing.search is not None
     # an app that logs no train/loss (any Hydra app): its own returned metric, first of them, in that column
     own = [] if any(r.loss is not None for r in sweep.runs) else list(dict.fromkeys(k for r in sweep.runs for k in r.metrics))
-    shown = next((k for k in own if k != metric), None)
+    shown = own[0] if own else None
+    # the objective report ranks by, in a column of its own unless that one shows it already
+    metric = sweep.objective_metric if sweep.objective_metric not in ("train/loss", shown) else None
     headers = ["trial" if search else "#", ", ".join(sweep.swept) or "overrides", "state", "progress", shown or "loss"]
     headers += [f"{metric} ({sweep.direction.value})"] if metric else []
     staged = any(r.stage for r in sweep.runs)  # a search scheduler's trials: the rung each is at or runs to
@@ -37,7 +38,9 @@ def print_table(sweep: reader.Sweep, con: Any) -> None:
         headers.insert(3, "unit")
     rows, styles = [], []
     for r in sweep.runs:
-        row = [str(r.idx), fmt.label(r.values, r.overrides), r.state, fmt.bar(r.step, r.max_steps, fancy=fancy),
+        waiting = r.state is State.QUEUED and r.note and r.step is None  # Slurm's pending reason, as the tab shows it
+        progress = f"({r.note})" if waiting else fmt.bar(r.step, r.max_steps, fancy=fancy)
+        row = [str(r.idx), fmt.label(r.values, r.overrides), r.state, progress,
                fmt.number(r.metrics.get(shown) if shown else r.loss)]
         if staged:
             row.insert(3, r.stage or "")
@@ -48,7 +51,7 @@ def print_table(sweep: reader.Sweep, con: Any) -> None:
     n = len(headers)
     shift = 1 if staged else 0
     fmt.table(con, headers, rows, right=(0, 4 + shift, n - 4, n - 3, n - 2) + ((5 + shift,) if metric else ()),
-              styles=styles)
+              styles=styles, droppable=(n - 3, n - 2, n - 4, n - 1), squeeze=1)  # restarts, GPU-h, elapsed, log
 
 
 def counts_line(sweep: Any) -> str:
@@ -105,7 +108,9 @@ def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json:
         if as_json:
             runs = [{**r.to_dict(), "gpu_hours": r.cost.gpu_hours if r.cost else None} for r in sweep.runs]
             print(json.dumps({"sweep_dir": str(sweep_dir), "counts": sweep.counts(), "warnings": sweep.problems,
-                              "dead_workers": sweep.dead_workers, "runs": runs, "gpu_hours": sweep.gpu_hours()},
+                              "dead_workers": sweep.dead_workers,
+                              "objective": {"metric": sweep.objective_metric, "mode": sweep.direction.value}
+                              if sweep.objective_metric else None, "runs": runs, "gpu_hours": sweep.gpu_hours()},
                              indent=1, default=str))
         else:
             if watch and con.is_terminal:

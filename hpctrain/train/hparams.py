@@ -69,15 +69,27 @@ def sweep_swept(run_dir: Optional[Path], own: Dict[str, str]) -> Dict[str, str]:
     return {k: v for k, v in own.items() if k in varying}
 
 
-def run_summaries(cfg: DictConfig, last: Mapping[str, float], run_dir: Optional[Path] = None) -> List[Summary]:
-    """This run's HParams (the swept keys; the objective, then the final values, as metrics) and its config."""
-    from torch.utils.tensorboard.summary import text
-
+def _table(cfg: DictConfig, run_dir: Optional[Path]) -> "tuple[Dict[str, Any], Dict[str, str], Any]":
+    """The HParams table (swept key: value), the swept keys, and the redacted config."""
     own = swept_keys(HydraConfig.get().overrides.task) if HydraConfig.initialized() else {}
     swept = sweep_swept(Path(run_dir).absolute() if run_dir is not None else None, own)
     plain = redact_config(cfg)
     flat = flatten(plain)
-    table = {key: flat.get(key, value) for key, value in swept.items()}
+    return {key: flat.get(key, value) for key, value in swept.items()}, swept, plain
+
+
+def start_summaries(cfg: DictConfig, run_dir: Optional[Path] = None) -> List[Summary]:
+    """The session-start record alone, written at step 0: the HParams tab lists a run from its start (the
+    experiment, with the metrics, comes at the end; until one exists TensorBoard derives it from the runs)."""
+    table, swept, _ = _table(cfg, run_dir)
+    return [summaries(table, [], swept)[1]]
+
+
+def run_summaries(cfg: DictConfig, last: Mapping[str, float], run_dir: Optional[Path] = None) -> List[Summary]:
+    """This run's HParams (the swept keys; the objective, then the final values, as metrics) and its config."""
+    from torch.utils.tensorboard.summary import text
+
+    table, swept, plain = _table(cfg, run_dir)
     tags = first_things_first(cfg.objective.metric, list(last))
     config = text("config", "```yaml\n" + OmegaConf.to_yaml(OmegaConf.create(plain)) + "```")
     return summaries(table, [t for t in tags if t in last and not t.startswith("perf/")], swept) + [config]

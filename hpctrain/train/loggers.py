@@ -58,6 +58,9 @@ class NullLogger:
     def progress(self, **fields: Any) -> None:
         pass
 
+    def start(self, summaries: List[Any]) -> None:
+        pass
+
     def finish(self, summaries: List[Any]) -> None:
         pass
 
@@ -129,6 +132,10 @@ class RunLogger(NullLogger):
             text = self.line.line(step, metrics)
             if text:
                 log.info("%s", text)
+
+    def start(self, summaries: List[Any]) -> None:
+        """Write the HParams session start (``hparams.start_summaries``) at step 0."""
+        self.finish(summaries)
 
     def finish(self, summaries: List[Any]) -> None:
         """Write the run's HParams summaries (``hparams.summaries``; the metrics are scalars already logged)."""

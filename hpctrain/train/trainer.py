@@ -117,6 +117,8 @@ class Trainer:
         layout = hparams.layout(cfg.objective.metric, list(self.metric_fns))
         self.retune(self._values_at(self.step))  # the config's values (and the schedule's) over the checkpoint's
         self.logger = RunLogger(self.run_dir, self.step, layout, int(cfg.max_steps)) if info.is_main else NullLogger()
+        if self.step == 0:  # HParams lists the run from its start (a resumed run's older event file has it)
+            self.logger.start(hparams.start_summaries(cfg, self.run_dir))
         self.evaluated_at: Optional[int] = None
         self.stop_flag = AgreedFlag(info)  # several ranks: a stop request agreed on one step later
 

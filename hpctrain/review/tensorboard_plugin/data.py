@@ -61,6 +61,23 @@ def number(value: Any) -> Any:
     return value if math.isfinite(value) else str(value)
 
 
+def _latest(run_dir: Any, metric: str) -> Tuple[Any, Optional[int]]:
+    """A running run's newest value of the objective in its TensorBoard events (metrics.json has its final
+    value only), and the step it was logged at."""
+    from hpctrain.review.plots import read_scalars
+
+    points = read_scalars(run_dir, [metric]).get(metric) or []
+    return (number(points[-1][1]), points[-1][0]) if points else (None, None)
+
+
+def _parent(run_dir: Any) -> Optional[int]:
+    """A PBT trial's newest parent (the trial whose weights it took at its last exploit), from its lineage."""
+    found = (runfiles.read_json(os.path.join(run_dir, runfiles.METRICS)) or {}).get("lineage") if run_dir else None
+    parents = [e.get("parent") for e in found if isinstance(e, dict)] if isinstance(found, list) else []
+    parents = [p for p in parents if isinstance(p, int)]
+    return parents[-1] if parents else None
+
+
 def _torn_metrics(run_dir: Any) -> bool:
     if not run_dir:
         return False
@@ -83,7 +100,10 @@ def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
             "gpu_hours": number(r.cost.gpu_hours if r.cost else None), "estimated": bool(r.cost and r.cost.estimated),
             "redone_gpu_hours": number(r.cost.redone_gpu_hours) if r.cost and r.cost.requeues else None,
             "gpu_util": number(r.utilisation.get("gpu_util_mean")),
+            "stage": r.stage, "parent": _parent(r.run_dir), "log": r.log, "objective_step": None,
         }
+        if r.objective is None and r.state is State.RUNNING and sweep is not None and sweep.objective_metric:
+            row["objective"], row["objective_step"] = _latest(r.run_dir, sweep.objective_metric)
         rows.append(row)
         if r.state in ACTIVE_WAITING and len(queue) < MAX_QUEUE_ROWS:
             queue.append({"idx": r.idx, "label": row["label"], "state": r.state, "job_id": r.job_id,

@@ -12,7 +12,7 @@ import threading
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
@@ -37,6 +37,10 @@ class LatestRead:
         self._body: Optional[str] = None
         self._read_at = 0.0  # when the newest read began
         self._reading: Optional[threading.Thread] = None
+        self.logs: Dict[int, str] = {}  # each run's log, as the newest read found it: the only files /log serves
+
+    def tail(self, idx: int) -> List[str]:
+        return self._tails.tail(self.logs.get(idx))
 
     def start(self) -> None:
         """A read now, unless one is under way."""
@@ -48,7 +52,9 @@ class LatestRead:
     def _read(self) -> None:
         began = time.monotonic()
         try:
-            body = json.dumps(payload(self.sweep_dir, self._tails), default=str)
+            data = payload(self.sweep_dir, self._tails)
+            self.logs = {int(r["idx"]): r["log"] for r in data.get("runs", []) if r.get("log")}
+            body = json.dumps(data, default=str)
         except Exception as exc:  # noqa: BLE001 - the page says what went wrong; the server stays up
             body = json.dumps({"problems": [f"{self.sweep_dir}: could not be read: {exc!r}"], "runs": []})
         with self._lock:
@@ -81,7 +87,7 @@ class HpctrainPlugin(base_plugin.TBPlugin):
             self._latest.start()  # read while TensorBoard starts: the first page finds it ready
 
     def get_plugin_apps(self) -> Dict[str, Callable[..., Any]]:
-        return {"/index.js": self._serve_js, "/data": self._serve_data}
+        return {"/index.js": self._serve_js, "/data": self._serve_data, "/log": self._serve_log}
 
     def is_active(self) -> bool:
         return self.sweep_dir is not None
@@ -101,6 +107,17 @@ class HpctrainPlugin(base_plugin.TBPlugin):
                                                  f"(or --{SWEEP_FLAG})"], "runs": []}
             return http_util.Respond(request, json.dumps(body), "application/json")
         return http_util.Respond(request, self._latest.body(), "application/json")
+
+
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug types it for plain functions; a method works
+    def _serve_log(self, request: wrappers.Request) -> wrappers.Response:
+        """The tail of one run's log (``?idx=N``), a run of this sweep only."""
+        try:
+            idx = int(request.args.get("idx", ""))
+        except ValueError:
+            return http_util.Respond(request, "idx: expected a run's number", "text/plain", code=400)
+        lines = self._latest.tail(idx) if self._latest is not None else []
+        return http_util.Respond(request, "\n".join(lines) or f"run {idx}: no log yet", "text/plain")
 
 
 class HpctrainLoader(base_plugin.TBLoader):

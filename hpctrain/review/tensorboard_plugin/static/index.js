@@ -62,10 +62,11 @@ function lines(cls, id, items) {
 
 function runsTable(data) {
   const search = data.search !== null && data.search !== undefined;
+  const staged = (data.runs || []).some((r) => r.stage || r.parent !== null && r.parent !== undefined);
   const objectiveName = data.objective ? esc(data.objective.metric) : "objective";
   const head = `<tr><th>${search ? "trial" : "#"}</th><th>${esc((data.swept || []).join(", ") || "overrides")}</th>
-    <th>state</th><th>progress</th><th>${objectiveName}</th><th>restarts</th><th>elapsed</th><th>GPU-h</th>
-    <th>GPU util</th><th>note</th></tr>`;
+    <th>state</th><th>progress</th><th>${objectiveName}</th>${staged ? "<th>rung / interval</th>" : ""}<th>restarts</th>
+    <th>elapsed</th><th>GPU-h</th><th>GPU util</th><th>log</th><th>note</th></tr>`;
   const all = data.runs || [];
   const pages = Math.max(1, Math.ceil(all.length / PAGE_ROWS));
   page = Math.min(page, pages - 1);
@@ -76,8 +77,11 @@ function runsTable(data) {
     <button data-page="${page + 1}" ${page === pages - 1 ? "disabled" : ""}>next &rsaquo;</button></div>` : "";
   const rows = shown.map((r) => `<tr data-idx="${r.idx}" data-state="${esc(r.state)}">
     <td class="n">${r.idx}</td><td>${esc(r.label)}</td><td>${stateCell(r.state)}</td><td class="n">${esc(progress(r))}</td>
-    <td class="n">${num(r.objective)}</td><td class="n">${r.restarts}</td><td class="n">${esc(r.elapsed)}</td>
-    <td class="n">${r.estimated && r.gpu_hours !== null ? "~" : ""}${num(r.gpu_hours)}</td><td class="n">${num(r.gpu_util)}</td><td>${esc(r.note)}</td></tr>`);
+    <td class="n objective">${num(r.objective)}${r.objective_step !== null && r.objective_step !== undefined ? ` <span class="meta">@ ${r.objective_step}</span>` : ""}</td>
+    ${staged ? `<td class="stage">${esc(r.stage || "")}${r.parent !== null && r.parent !== undefined ? ` (from #${r.parent})` : ""}</td>` : ""}
+    <td class="n">${r.restarts}</td><td class="n">${esc(r.elapsed)}</td>
+    <td class="n">${r.estimated && r.gpu_hours !== null ? "~" : ""}${num(r.gpu_hours)}</td><td class="n">${num(r.gpu_util)}</td>
+    <td>${r.log ? `<a class="log" href="./log?idx=${r.idx}" target="_blank" title="${esc(r.log)}">tail</a>` : "-"}</td><td>${esc(r.note)}</td></tr>`);
   return `<h2>Runs</h2>${pager}<table id="runs" data-total="${all.length}" data-page="${page}">${head}${rows.join("")}</table>`;
 }
 
@@ -113,17 +117,25 @@ function historySvg(search) {
   if (!points.length) return `<h2>Optimisation history</h2><div class="meta">no trial has an objective yet</div>`;
   const W = 560, H = 220, pad = 36;
   const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
-  const x0 = Math.min(...xs), x1 = Math.max(...xs) || 1, y0 = Math.min(...ys), y1 = Math.max(...ys);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs) || 1;
+  const scale = yScale(ys);
+  const y0 = scale.lo, y1 = scale.hi, f = scale.f;
   const sx = (x) => pad + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (W - 2 * pad);
-  const sy = (y) => H - pad - (y1 === y0 ? 0.5 : (y - y0) / (y1 - y0)) * (H - 2 * pad);
+  const sy = (y) => {
+    const t = y1 === y0 ? (y > y1 ? 1 : y < y0 ? 0 : 0.5)
+      : (f(Math.min(Math.max(y, y0), y1)) - f(y0)) / (f(y1) - f(y0));  // outliers at the edge
+    return H - pad - t * (H - 2 * pad);
+  };
   const better = search.mode === "max" ? (a, b) => a > b : (a, b) => a < b;
   let best = null;
   const step = [];
   for (const [n, v, s] of [...points].sort((a, b) => a[0] - b[0])) {
     if (s === "pruned") continue;
+    if (best !== null && step.length) step.push(`${sx(n).toFixed(1)},${sy(best).toFixed(1)}`);  // flat until improved
     if (best === null || better(v, best)) best = v;
     step.push(`${sx(n).toFixed(1)},${sy(best).toFixed(1)}`);
   }
+  if (best !== null) step.push(`${(W - pad).toFixed(1)},${sy(best).toFixed(1)}`);  // on to the last trial
   const dots = points.map(([n, v, s]) => `<circle cx="${sx(n).toFixed(1)}" cy="${sy(v).toFixed(1)}" r="3"
     fill="${s === "pruned" ? "none" : "#1e88e5"}" stroke="${s === "pruned" ? "#9e9e9e" : "#1e88e5"}"><title>#${n}: ${num(v)} (${esc(s)})</title></circle>`);
   return `<h2>Optimisation history (${points.length} trials, ${esc(search.mode)} ${esc(search.metric)})</h2>
@@ -131,8 +143,26 @@ function historySvg(search) {
     <line x1="${pad}" y1="${H - pad}" x2="${W - pad}" y2="${H - pad}" stroke="#bbb"/><line x1="${pad}" y1="${pad}" x2="${pad}" y2="${H - pad}" stroke="#bbb"/>
     <text x="${pad}" y="${H - 10}" font-size="10">trial ${x0}</text><text x="${W - pad}" y="${H - 10}" font-size="10" text-anchor="end">${x1}</text>
     <text x="4" y="${pad}" font-size="10">${num(y1)}</text><text x="4" y="${H - pad}" font-size="10">${num(y0)}</text>
-    <polyline points="${step.join(" ")}" fill="none" stroke="#e53935" stroke-width="1.5"/>${dots.join("")}</svg>
-    <div class="meta">dots: trials (hollow: pruned); red: best so far</div>`;
+    <polyline id="best-so-far" points="${step.join(" ")}" fill="none" stroke="#e53935" stroke-width="1.5"/>${dots.join("")}</svg>
+    <div class="meta" id="history-scale" data-scale="${scale.name}">dots: trials (hollow: pruned); red: best so far; ${esc(scale.says)}</div>`;
+}
+
+// The history's y axis: the inliers' range (within 5 scaled median absolute deviations of the median) when
+// some values lie beyond it, an outlier drawn on the edge instead of flattening the rest; else log when every
+// value is positive and they span more than 20x; else linear.
+function yScale(ys) {
+  const sorted = [...ys].sort((a, b) => a - b);
+  const lo = sorted[0], hi = sorted[sorted.length - 1];
+  const median = (v) => (v[Math.floor((v.length - 1) / 2)] + v[Math.ceil((v.length - 1) / 2)]) / 2;
+  const mid = median(sorted);
+  const mad = 1.4826 * median(sorted.map((y) => Math.abs(y - mid)).sort((a, b) => a - b));
+  const inliers = mad > 0 ? sorted.filter((y) => Math.abs(y - mid) <= 5 * mad) : sorted;
+  if (sorted.length >= 3 && inliers.length < sorted.length) {
+    return { lo: inliers[0], hi: inliers[inliers.length - 1], f: (y) => y, name: "clipped",
+             says: `${sorted.length - inliers.length} outlier(s) drawn on the edge` };
+  }
+  if (lo > 0 && hi / lo > 20) return { lo, hi, f: Math.log10, name: "log", says: "log scale" };
+  return { lo, hi, f: (y) => y, name: "linear", says: "linear scale" };
 }
 
 export async function render() {
