@@ -49,7 +49,7 @@ class Outcome(str, Enum):
 
 
 @dataclass(frozen=True)
-class Decision:
+class EndRule:
     state: State
     write: Callable[..., Any]  # the event's writer (hpctrain.core.events)
     every_rank: bool  # written by each rank that saw it (an error), else by rank 0 only
@@ -57,13 +57,13 @@ class Decision:
     why: str
 
 
-DECISIONS: Dict[Outcome, Decision] = {
-    Outcome.COMPLETED: Decision(State.COMPLETED, events.completed, False, False, "the task function returned"),
-    Outcome.PAUSED: Decision(State.PAUSED, events.paused, False, False, "a search unit ended before max_steps"),
-    Outcome.PRUNED: Decision(State.PRUNED, events.pruned, False, False, "the search stopped it early"),
-    Outcome.FAILED: Decision(State.FAILED, events.failed, True, True, "the task function raised"),
-    Outcome.TIMED_OUT: Decision(State.TIMEOUT, events.timed_out, True, False, "submitit gave up at the time limit"),
-    Outcome.REQUEUED: Decision(State.REQUEUED, events.requeued, False, False, "checkpointed on the preemption signal"),
+DECISIONS: Dict[Outcome, EndRule] = {
+    Outcome.COMPLETED: EndRule(State.COMPLETED, events.completed, False, False, "the task function returned"),
+    Outcome.PAUSED: EndRule(State.PAUSED, events.paused, False, False, "a search unit ended before max_steps"),
+    Outcome.PRUNED: EndRule(State.PRUNED, events.pruned, False, False, "the search stopped it early"),
+    Outcome.FAILED: EndRule(State.FAILED, events.failed, True, True, "the task function raised"),
+    Outcome.TIMED_OUT: EndRule(State.TIMEOUT, events.timed_out, True, False, "submitit gave up at the time limit"),
+    Outcome.REQUEUED: EndRule(State.REQUEUED, events.requeued, False, False, "checkpointed on the preemption signal"),
 }
 
 
