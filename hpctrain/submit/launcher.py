@@ -332,8 +332,7 @@ class BaseLauncher(Launcher):
         app = getattr(self.task_function, "__module__", None)
         if app == "__main__":  # a script run as `python train.py`: the script is the app
             app = os.path.abspath(sys.argv[0])
-        for run in runs:
-            events.submitted(run.run_dir)  # retries count from here
+        events.submitted_all(run.run_dir for run in runs)  # retries count from here
 
         def add(m: manifest.Manifest) -> None:
             m.launcher, m.app, m.submitit_folder, m.launcher_pid = (
@@ -346,13 +345,7 @@ class BaseLauncher(Launcher):
         manifest.update(sweep_dir, add)
 
     def record_job_ids(self, sweep_dir: Path, job_ids: Dict[int, str]) -> None:
-        def add(m: manifest.Manifest) -> None:
-            submission = m.last_submission()
-            submission.job_ids = sorted(set(submission.job_ids) | set(slurm_parse.array_ids(job_ids.values())))
-            for idx, job_id in job_ids.items():
-                m.runs[idx].job_id = job_id
-
-        manifest.update(sweep_dir, add)
+        manifest.add_job_ids(sweep_dir, job_ids, slurm_parse.array_ids(job_ids.values()))
         if self.record_path is not None:
             provenance.add_job_ids(self.record_path, list(job_ids.values()))
 
