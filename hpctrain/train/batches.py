@@ -12,6 +12,8 @@ import torch
 
 def _move(value: Any, device: torch.device) -> Any:
     if isinstance(value, torch.Tensor):
+        if value.device == device:
+            return value  # already there (a CPU run): what .to() returns, without its dispatch a batch
         # async only from pinned host memory to a GPU; anything else is a synchronous copy anyway
         return value.to(device, non_blocking=device.type == "cuda")
     if isinstance(value, (int, float)):

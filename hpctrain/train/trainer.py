@@ -35,6 +35,7 @@ from hpctrain.train.loader import MicroBatches, ShardedBatches
 from hpctrain.train.loggers import NullLogger, RunLogger, Throughput, peak_flops
 
 log = logging.getLogger(__name__)
+_NO_AUTOCAST = contextlib.nullcontext()  # reusable: entered and left every micro-step at full precision
 
 
 def micro_batch_size(batch_size: int, world_size: int, grad_accum: int) -> int:
@@ -178,23 +179,28 @@ class Trainer:
     # ------------------------------------------------------------------ steps
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:
-            return contextlib.nullcontext()
+            return _NO_AUTOCAST  # one shared no-op context: the loop enters it every micro-step
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def train_step(self, fetch_ahead: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """One optimizer step over ``grad_accum`` micro-batches; ``fetch_ahead``: the next step's first too."""
-        loss_sum = torch.zeros((), device=self.device)
+        loss_sum: Optional[torch.Tensor] = None
         for micro in range(self.grad_accum):
             last = micro == self.grad_accum - 1
             batch = self.data.take()
             if self.info.enabled:
                 self.model.require_backward_grad_sync = last  # all-reduce on the last micro-step only
             with self.autocast():
-                loss = self.forward.loss_of(*self.forward(self.model, batch), batch) / self.grad_accum
+                loss = self.forward.loss_of(*self.forward(self.model, batch), batch)
+                if self.grad_accum > 1:
+                    loss = loss / self.grad_accum  # the mean over micro-steps (skipped for one: x / 1 is x, an op saved)
             if fetch_ahead or not last:
                 self.data.prefetch()  # immediately fetch the next batch while the GPU runs the queued forward
             self.scaler.scale(loss).backward()
-            loss_sum += loss.detach()  # stays on the device: no sync
+            # stays on the device: no sync; the first micro-step's loss starts the sum (no zeros tensor a step)
+            detached = loss.detach() if loss.dtype == torch.float32 else loss.detach().float()
+            loss_sum = detached if loss_sum is None else loss_sum + detached
+        assert loss_sum is not None  # grad_accum >= 1 (the schema checks it)
         grad_norm = None
         if self.every.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
