@@ -1,6 +1,6 @@
 """This rank's training micro-batches: the sharded order, one batch fetched ahead, the resumable data position."""
 
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Sized, cast
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
@@ -19,7 +19,7 @@ class ShardedBatches(Sampler):
     """
 
     def __init__(self, dataset: Dataset, info: DistInfo, seed: int, micro_bs: int) -> None:
-        self.n, self.rank, self.world = len(dataset), info.rank, info.world_size
+        self.n, self.rank, self.world = len(cast(Sized, dataset)), info.rank, info.world_size
         self.seed, self.micro_bs = seed, micro_bs
         self.per_rank = self.n // self.world
         self.batches_per_epoch = self.per_rank // micro_bs

@@ -9,7 +9,7 @@ import time
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, cast
 
 import torch
 import torch.distributed as dist
@@ -121,7 +121,7 @@ class Trainer:
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.cfg.compile:
-            model = torch.compile(model)  # compile first, then DDP (torch docs' recommended order)
+            model = cast(nn.Module, torch.compile(model))  # compile first, then DDP (torch docs' recommended order)
         if self.info.enabled:
             model = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         return model
@@ -226,7 +226,8 @@ class Trainer:
         for hook in self.hooks:
             hook.on_start(self.step)
         self.logger.progress(step=self.step)
-        loss_acc, interval, last = torch.zeros((), device=self.device), 0, {}
+        loss_acc, interval = torch.zeros((), device=self.device), 0
+        last: Dict[str, float] = {}
         every = self.every
         schedule = self.schedule
         while self.step < every.end:

@@ -97,7 +97,7 @@ def square_images(
         cols = y * band + torch.randint(0, max(1, band - side + 1), (n,), generator=g)
         rows = torch.randint(0, image_size - side + 1, (n,), generator=g)
         for i in range(n):  # cheap: done once at start-up
-            r, c = int(rows[i]), int(min(cols[i], image_size - side))
+            r, c = int(rows[i]), min(int(cols[i]), image_size - side)
             x[i, :, r : r + side, c : c + side] += 2.0
         return TensorData(x, y)
 
