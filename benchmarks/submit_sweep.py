@@ -21,9 +21,15 @@ benchmarks/README.md), the same 1000-point sweep of a trivial Hydra app goes thr
 hydra-submitit-launcher's `submitit_slurm`; it blocks until the jobs end, so its figure is the time
 from command start to its sbatch call; the process is then killed and the array cancelled.
 
-The last line printed is hpctrain's wall time to queued, in seconds (target: < 10 s).
+Raw submitit is measured in the same run, as the figure to compare with (the ratio holds on a loaded
+machine where wall times do not): a fresh ``python`` that imports submitit and queues the same number of
+array tasks of a trivial function, held, with ``map_array`` in arrays of at most 1000 tasks (the test
+cluster's MaxArraySize 1001; hpctrain cuts its arrays the same way), then is cancelled.
 
-    python benchmarks/submit_sweep.py [--hsl-python /tmp/hsl-venv/bin/python [--hsl-hpctrain-app]] [--profile]
+The last line printed is hpctrain's wall time to queued, in seconds, and its ratio to raw submitit's.
+
+    python benchmarks/submit_sweep.py [--points 10000 --runs-per-task 2] [--profile [--profile-out FILE]]
+        [--hsl-python /tmp/hsl-venv/bin/python [--hsl-hpctrain-app]]
 """
 
 import argparse
@@ -109,6 +115,21 @@ sys.argv = ["hpctrain"] + sys.argv[1:]
 runpy.run_module("hpctrain", run_name="__main__", alter_sys=True)
 '''
 
+# Raw submitit: the same number of held array tasks, in arrays of at most 1000, from a fresh interpreter.
+RAW_SUBMITIT = r'''
+import math, sys, time
+T0 = time.perf_counter()
+import submitit
+n, folder = int(sys.argv[1]), sys.argv[2]
+executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+executor.update_parameters(timeout_min=5, slurm_additional_parameters={"hold": True}, slurm_array_parallelism=256)
+t = time.perf_counter()
+jobs = []
+for first in range(0, n, 1000):
+    jobs += executor.map_array(math.sqrt, list(range(first, min(n, first + 1000))))
+print(f"RAW {len(jobs)} {time.perf_counter() - t:.3f} {time.perf_counter() - T0:.3f}")
+'''
+
 SBATCH_WRAPPER = '''#!/bin/sh
 start=$(date +%s.%N)
 {real} "$@"
@@ -157,7 +178,7 @@ def child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_hpctrain(tmp: Path, bin_dir: Path, profile: bool) -> Dict[str, object]:
+def run_hpctrain(tmp: Path, bin_dir: Path, profile: bool, profile_out: str = "") -> Dict[str, object]:
     cwd = tmp / "hpctrain"
     cwd.mkdir()
     log = tmp / "sbatch_hpctrain.log"
@@ -186,10 +207,33 @@ def run_hpctrain(tmp: Path, bin_dir: Path, profile: bool) -> Dict[str, object]:
 
         print("hpctrain cProfile, top 25 by cumulative time:")
         pstats.Stats(str(tmp / "hpctrain.prof")).sort_stats("cumulative").print_stats(25)
+        if profile_out:
+            shutil.copy(tmp / "hpctrain.prof", profile_out)
     return {"wall": wall, "cpu": cpu, "to_sbatch": calls[0][0] - t0 if calls else None,
             "sbatch_s": calls[0][1] - calls[0][0] if calls else None, "sbatch_calls": len(calls), "runs": runs,
             "job": job, "queued_tasks": tasks, "torch": bool(torch_modules), "modules": len(modules),
             "cancelled": cancelled, "phases": phases}
+
+
+def run_raw_submitit(tmp: Path, bin_dir: Path, n_tasks: int) -> Dict[str, object]:
+    """Raw submitit ``map_array`` of ``n_tasks`` held tasks, command start to its return; then cancelled."""
+    cwd = tmp / "raw-submitit"
+    cwd.mkdir()
+    log = tmp / "sbatch_raw.log"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SBATCH_CALLS_LOG=str(log))
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-c", RAW_SUBMITIT, str(n_tasks), str(cwd / "submitit")], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+    wall = time.time() - t0
+    try:
+        tasks = queued_tasks(cwd)
+    finally:
+        cancelled = cancel_jobs_from(cwd)
+    match = re.search(r"^RAW (\d+) ([\d.]+) ([\d.]+)$", proc.stdout, re.M)
+    if proc.returncode != 0 or not match:
+        sys.exit(f"raw submitit failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")
+    return {"wall": wall, "map_array_s": float(match[2]), "tasks": int(match[1]), "queued_tasks": tasks,
+            "sbatch_calls": len(sbatch_calls(log)), "cancelled": cancelled}
 
 
 def run_hsl(tmp: Path, bin_dir: Path, python: str, hpctrain_app: bool) -> Dict[str, object]:
@@ -228,6 +272,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                     help="also run hpctrain's own app through hydra-submitit-launcher (hpctrain installed "
                          "--no-deps in that venv: the login node needs no torch)")
     ap.add_argument("--profile", action="store_true", help="cProfile hpctrain's login-node process")
+    ap.add_argument("--profile-out", default="", help="--profile: keep the profile in this file (pstats)")
     ap.add_argument("--points", type=int, default=1000, help="sweep size, a multiple of 40 (default 1000)")
     ap.add_argument("--runs-per-task", type=int, default=1,
                     help="hydra.launcher.runs_per_task (10,000 tasks do not fit under Slurm's default MaxJobCount)")
@@ -240,7 +285,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         bin_dir = make_bin(tmp)
         hsl = run_hsl(tmp, bin_dir, args.hsl_python, False) if args.hsl_python else None
         hsl_app = run_hsl(tmp, bin_dir, args.hsl_python, True) if args.hsl_python and args.hsl_hpctrain_app else None
-        ours = run_hpctrain(tmp, bin_dir, args.profile)
+        raw = run_raw_submitit(tmp, bin_dir, -(-args.points // args.runs_per_task))  # the tasks hpctrain queues
+        ours = run_hpctrain(tmp, bin_dir, args.profile, args.profile_out)
     print(f"sweep: {len(LRS)} lr x {args.points // 40} seed = {args.points // 40 * 40} points; cpus: {os.cpu_count()}; "
           f"load average at start: {load[0]:.1f} (other work on the machine slows the wall times)")
     print(f"hpctrain: {ours['runs']} runs as Slurm job {ours['job']} ({ours['queued_tasks']} array tasks queued in all, "
@@ -259,7 +305,11 @@ def main(argv: Optional[List[str]] = None) -> None:
             print(f"hydra-submitit-launcher 1.2.0, {what}: command start -> sbatch call: {res['to_sbatch']:.2f} s "
                   f"(CPU time {res['cpu']:.1f} s; sbatch calls: {res['sbatch_calls']}; then killed, "
                   f"cancelled {', '.join(res['cancelled']) or 'nothing'})")
-    print(f"hpctrain: command start -> queued (command returned): {ours['wall']:.2f} s")
+    print(f"raw submitit: {raw['tasks']} tasks by map_array in {raw['sbatch_calls']} sbatch call(s) "
+          f"({raw['queued_tasks']} queued, held; cancelled {', '.join(raw['cancelled']) or 'nothing'}): command start -> "
+          f"queued {raw['wall']:.2f} s (the map_array calls {raw['map_array_s']:.2f} s)")
+    print(f"hpctrain: command start -> queued (command returned): {ours['wall']:.2f} s; raw submitit {raw['wall']:.2f} s; "
+          f"ratio {ours['wall'] / raw['wall']:.2f}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ attempt wrote theirs.
 Transitions (and the state they lead to)::
 
     submitted(run_dir)                  -> queued     the launcher, before the job exists; starts a submission
+                                                      (``submitted_all``: a whole submission's runs at once)
     started(run_dir, job_id)            -> running    rank 0's job wrapper, each attempt
     failed(run_dir, error, rank)        -> failed     any rank whose task raised; ``fallout`` when the error is
                                                       only what a rank sees after another rank died
@@ -39,17 +40,18 @@ A file that cannot be read (a name that does not parse, garbage inside) is skipp
 No torch here: the login node reads this.
 """
 
+import json
 import os
 import re
 import secrets
 import socket
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
-from hpctrain.core.errors import deterministic
+from hpctrain.core.errors import deterministic, disk_full
 from hpctrain.core.atomic import read_json, write_json_atomic
-from hpctrain.core.paths import METRICS, RECORD_DIR, RunPaths
+from hpctrain.core.paths import HPCTRAIN_DIR, METRICS, RECORD_DIR, RunPaths
 # the vocabulary lives in state.py; these names stay importable from here for call sites not moved yet
 from hpctrain.core.state import ACTIVE, FINAL, Event, EventKind, RunState, State, fold, placed  # noqa: F401
 
@@ -83,12 +85,27 @@ def slurm_key() -> Optional[str]:
     return key if key and _KEY.match(key) else None
 
 
+def _last_submission(names: Iterable[str]) -> int:
+    """The record's latest submission number, from its ``submitted`` file names alone (as :func:`placed`
+    numbers them: the tag, else an untagged one's count in time order); 0 for none."""
+    subs = sorted((e for e in (parse_name(n) for n in names if f".{EventKind.SUBMITTED.value}." in n)
+                   if e is not None and e.kind is EventKind.SUBMITTED), key=lambda e: (e.time_ns, e.path))
+    return max((e.submission if e.submission is not None else n for n, e in enumerate(subs, 1)), default=0)
+
+
+def _names(directory: str) -> List[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
+
+
 def _tags(directory: str, kind: EventKind) -> str:
     """The submission and attempt as this writer sees them (counts of tags: no clock involved)."""
+    if kind is EventKind.SUBMITTED:  # a new submission needs only the last one's number: no fold
+        return f"~s{_last_submission(_names(directory)) + 1}~a0"
     rs = fold(_events_in(directory))
     sub = max((s for s, _, e in placed(rs.events) if e.kind is EventKind.SUBMITTED), default=0)
-    if kind is EventKind.SUBMITTED:
-        return f"~s{sub + 1}~a0"
     own = _own_attempt.get(directory)
     attempt = own[1] if own is not None and own[0] == sub else rs.attempts  # its own start, not another's
     if kind is EventKind.STARTED:
@@ -111,6 +128,50 @@ def _write(run_dir: PathLike, kind: EventKind, rank: int = -1, **details: Any) -
     write_json_atomic(path, {"kind": kind.value, "time": now / 1e9, "rank": rank,
                              "host": socket.gethostname(), **details})
     return parse_name(name, directory) or Event(now, kind, rank, path)
+
+
+def submitted_all(run_dirs: Iterable[PathLike], **details: Any) -> None:
+    """:func:`submitted` for every run of a submission at once, the same files in the same places, written
+    in bulk: the host and pid read once, each record dir made with one ``mkdir`` a level, its names listed
+    once (a new run's: none) instead of the per-write fold, the JSON by the C encoder, no chmod (the file is
+    created with its final mode). Still one complete-or-absent file per run (temp name, then rename)."""
+    stem = f".{EventKind.SUBMITTED.value}.-1.{os.getpid()}-"
+    body = {"kind": EventKind.SUBMITTED.value, "rank": -1, "host": socket.gethostname(), **details}
+    for run_dir in run_dirs:
+        directory = record_dir(run_dir)
+        names = _make_record_dir(str(run_dir), directory)
+        now = time.time_ns()
+        name = f"{now:020d}{stem}{secrets.token_hex(3)}~s{_last_submission(names) + 1}~a0.json"
+        path = os.path.join(directory, name)
+        tmp = os.path.join(directory, f".{name}.tmp")  # a name parse_name skips
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for every file
+            try:
+                os.write(fd, json.dumps({**body, "time": now / 1e9}, sort_keys=True, default=str).encode())
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise disk_full(exc, directory) or exc
+
+
+def _make_record_dir(run_dir: str, directory: str) -> List[str]:
+    """Make ``<run_dir>/.hpctrain/record`` (one ``mkdir`` a level); the names already in it (a rerun's)."""
+    made = False
+    for level in (run_dir, os.path.join(run_dir, HPCTRAIN_DIR), directory):
+        try:
+            os.mkdir(level)
+            made = True
+        except FileExistsError:
+            continue
+        except FileNotFoundError:  # a run dir nested deeper under the sweep dir
+            os.makedirs(directory, exist_ok=True)
+            return []
+    return [] if made else _names(directory)
 
 
 def parse_name(name: str, directory: str = "") -> Optional[Event]:

@@ -9,19 +9,23 @@ their entries, keyed by ``str(idx)``, carry ``name`` but no ``idx``. Keys this m
 kept as they are. No torch, no Hydra.
 """
 
+import json
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from hpctrain.core.atomic import locked, read_json, write_json_atomic
+from hpctrain.core.atomic import locked, read_json, write_text_atomic
 from hpctrain.core.paths import SweepPaths
-from hpctrain.core.redact import redact_overrides
+from hpctrain.core.redact import redact_override
 from hpctrain.core.run import RunSpec
 
 PathLike = Union[str, Path]
 _SPEC_KEYS = {"idx", "overrides", "run_dir", "max_steps"}
 _ENTRY_KEYS = _SPEC_KEYS | {"job_id", "name"}  # "name": written by older versions, the run dir's name
+# a sweep's overrides repeat (40 lr values over 10,000 points): each one redacted once
+_redacted = lru_cache(maxsize=1 << 16)(redact_override)
 
 
 @dataclass
@@ -39,8 +43,8 @@ class RunEntry:
         return self.spec.name
 
     def to_json(self, sweep_dir: PathLike) -> Dict[str, Any]:
-        spec = self.spec.to_json(Path(sweep_dir))
-        spec["overrides"] = redact_overrides(spec["overrides"])  # read by people; the job is handed its own
+        spec = self.spec.to_json(sweep_dir)
+        spec["overrides"] = [_redacted(str(o)) for o in spec["overrides"]]  # read by people; the job is handed its own
         return {**self.extra, **spec, "job_id": self.job_id}
 
     @classmethod
@@ -49,7 +53,7 @@ class RunEntry:
         run_dir = data.get("run_dir") or data.get("name")
         if not run_dir:
             return None
-        spec = RunSpec.from_json({**data, "idx": data.get("idx", key), "run_dir": run_dir}, Path(sweep_dir))
+        spec = RunSpec.from_json({**data, "idx": data.get("idx", key), "run_dir": run_dir}, sweep_dir)
         job_id = data.get("job_id")
         return cls(spec, str(job_id) if job_id is not None else None,
                    {k: v for k, v in data.items() if k not in _ENTRY_KEYS})
@@ -87,6 +91,7 @@ class Manifest:
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def to_json(self, sweep_dir: PathLike) -> Dict[str, Any]:
+        sweep_dir = str(sweep_dir)  # once, not once a run
         out: Dict[str, Any] = {**self.extra, "launcher": self.launcher, "app": self.app,
                                "submitit_folder": self.submitit_folder, "launcher_pid": self.launcher_pid,
                                "submissions": [s.to_json() for s in self.submissions],
@@ -98,8 +103,10 @@ class Manifest:
     @classmethod
     def from_json(cls, data: Dict[str, Any], sweep_dir: PathLike) -> "Manifest":
         known = {"launcher", "app", "submitit_folder", "launcher_pid", "search", "submissions", "runs"}
+        sweep_dir = str(sweep_dir)  # once, not once a run
         runs: Dict[int, RunEntry] = {}
-        raw_runs: Dict[str, Any] = data["runs"] if isinstance(data.get("runs"), dict) else {}
+        found = data.get("runs")
+        raw_runs: Dict[str, Any] = found if isinstance(found, dict) else {}
         for key, entry in raw_runs.items():
             try:
                 parsed = RunEntry.from_json(str(key), entry, sweep_dir) if isinstance(entry, dict) else None
@@ -127,9 +134,52 @@ def read(sweep_dir: PathLike) -> Optional[Manifest]:
 
 def update(sweep_dir: PathLike, fn: Callable[[Manifest], None]) -> Manifest:
     """The one writer: lock, read (or start an empty manifest), ``fn(manifest)`` changes it, atomic write."""
+    out: List[Manifest] = []
+
+    def typed(data: Dict[str, Any]) -> Dict[str, Any]:
+        manifest = Manifest.from_json(data, sweep_dir) if data else Manifest()
+        fn(manifest)
+        out.append(manifest)
+        return manifest.to_json(sweep_dir)
+
+    update_json(sweep_dir, typed)
+    return out[0]
+
+
+def update_json(sweep_dir: PathLike, fn: Callable[[Dict[str, Any]], Dict[str, Any]]) -> None:
+    """:func:`update` on the raw JSON (``{}`` for none): for a change that needs no typed view of every run."""
     paths = SweepPaths(sweep_dir)
     with locked(paths.manifest_lock):
-        manifest = read(sweep_dir) or Manifest()
-        fn(manifest)
-        write_json_atomic(paths.manifest, manifest.to_json(sweep_dir))
-    return manifest
+        write_text_atomic(paths.manifest, dumps(fn(read_json(paths.manifest) or {})))
+
+
+def add_job_ids(sweep_dir: PathLike, job_ids: Dict[int, str], array_ids: List[str]) -> None:
+    """Each run's job id, once its job exists, and the submission's arrays (the last submission's): set in the
+    raw JSON, so that recording one array's ids costs a JSON load and dump, not a parse of every run."""
+    def add(data: Dict[str, Any]) -> Dict[str, Any]:
+        found = data.get("runs")
+        runs: Dict[str, Any] = found if isinstance(found, dict) else {}
+        for idx, job_id in job_ids.items():
+            runs[str(idx)]["job_id"] = job_id  # recorded before the job was sent (a KeyError otherwise, as always)
+        submissions = data.setdefault("submissions", [])
+        if not submissions:
+            submissions.append(Submission().to_json())
+        last = submissions[-1]
+        last["job_ids"] = sorted({str(j) for j in last.get("job_ids") or []} | set(array_ids))
+        return data
+
+    update_json(sweep_dir, add)
+
+
+_ENCODER = json.JSONEncoder(sort_keys=True, default=str)  # one C encoder: json.dumps(**options) builds one a call
+
+
+def dumps(data: Dict[str, Any]) -> str:
+    """sweep.json's text: one run entry a line (people read it; ``json.dumps(indent=...)`` runs Python's
+    own encoder, ~0.1 ms a run, and sweep.json is written once per submission and per array's job ids)."""
+    runs = data.get("runs") or {}
+    encode = _ENCODER.encode
+    head = encode({k: v for k, v in data.items() if k != "runs"})
+    lines = ",\n".join(f" {encode(str(k))}: {encode(v)}" for k, v in runs.items())
+    return f'{head[:-1]}{", " if len(head) > 2 else ""}"runs": {{\n{lines}\n}}}}\n'
+

@@ -12,6 +12,8 @@ import torch
 
 def _move(value: Any, device: torch.device) -> Any:
     if isinstance(value, torch.Tensor):
+        if value.device == device:
+            return value  # already there (a CPU run): what .to() returns, without its dispatch a batch
         # async only from pinned host memory to a GPU; anything else is a synchronous copy anyway
         return value.to(device, non_blocking=device.type == "cuda")
     if isinstance(value, (int, float)):
@@ -27,6 +29,8 @@ def _move(value: Any, device: torch.device) -> Any:
 
 def to_device(batch: Any, device: torch.device) -> Any:
     """A pair with its tensors (and number targets, as a tensor) on ``device``, or a dict moved key by key."""
+    if type(batch) is tuple and len(batch) == 2:  # the common pair first: no ABC check a step
+        return _move(batch[0], device), _move(batch[1], device)
     if isinstance(batch, Mapping):
         return {k: _move(v, device) for k, v in batch.items()}
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:

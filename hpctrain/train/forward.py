@@ -25,14 +25,14 @@ class Forward:
 
     def __call__(self, model: nn.Module, batch: Any) -> Tuple[Any, Any]:
         """The model's output and the batch's targets (a dict's ``labels``)."""
-        if isinstance(batch, Mapping):
+        if type(batch) is not tuple and isinstance(batch, Mapping):  # a pair skips the ABC check a step
             return model(**batch), batch.get("labels")
         x, y = batch
         return (model(x, y) if self.model_loss else model(x)), y
 
     def loss_of(self, outputs: Any, targets: Any, batch: Any) -> torch.Tensor:
         try:
-            if self.model_loss or (self.dict_model_loss and isinstance(batch, Mapping)):
+            if self.model_loss or (self.dict_model_loss and type(batch) is not tuple and isinstance(batch, Mapping)):
                 return loss_of(outputs)
             return self.loss(logits_of(outputs), targets)  # the predictions: a tensor, (logits, ...), .logits
         except ModelOutputError as exc:

@@ -1,9 +1,9 @@
 """This rank's training micro-batches: the sharded order, one batch fetched ahead, the resumable data position."""
 
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Sized, cast
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from hpctrain.train.batches import check_on_device, to_device
 from hpctrain.train.distributed import DistInfo
@@ -19,7 +19,7 @@ class ShardedBatches(Sampler):
     """
 
     def __init__(self, dataset: Dataset, info: DistInfo, seed: int, micro_bs: int) -> None:
-        self.n, self.rank, self.world = len(dataset), info.rank, info.world_size  # type: ignore[arg-type]  # map-style: sized
+        self.n, self.rank, self.world = len(cast(Sized, dataset)), info.rank, info.world_size
         self.seed, self.micro_bs = seed, micro_bs
         self.per_rank = self.n // self.world
         self.batches_per_epoch = self.per_rank // micro_bs
@@ -67,11 +67,21 @@ class MicroBatches:
             generator=torch.Generator().manual_seed(self.seed + self.epoch),
         )
 
+    def _in_process(self) -> Iterator[Any]:
+        """What a DataLoader without workers or pinning yields, without its per-batch machinery (its fetcher,
+        a profiler range a batch): the data set's ``__getitems__`` (else one item at a time), then collate."""
+        fetch = getattr(self.dataset, "__getitems__", None)
+        collate = getattr(self.dataset, "collate", None) or default_collate
+        for index in self.sampler:
+            yield collate(fetch(index) if fetch else [self.dataset[i] for i in index])
+
     def _next_host(self) -> Any:
         while True:
             if self._it is None:
                 self.sampler.set_position(self.epoch, self.batch_in_epoch)
-                self._it = iter(self._loader())
+                # no workers, nothing to pin: the batches in this process, as the DataLoader would make them
+                in_process = self.num_workers == 0 and self.device.type != "cuda"
+                self._it = self._in_process() if in_process else iter(self._loader())
             try:
                 batch = next(self._it)
             except StopIteration:

@@ -15,6 +15,8 @@ from hpctrain.train.outputs import logits_of, loss_of
 def cross_entropy(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
     """Class scores ``(N, C)``, or a language model's ``(N, T, C)``, against integer targets ``(N)`` / ``(N, T)``."""
     logits = logits_of(outputs)
+    if logits.dim() == 2 and targets.dim() == 1:
+        return F.cross_entropy(logits, targets)  # already (N, C) and (N): two reshapes a step saved
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 

@@ -36,6 +36,7 @@ from hpctrain.train.nonfinite import NonFiniteGuard
 from hpctrain.train.loggers import NullLogger, RunLogger, Throughput, peak_flops
 
 log = logging.getLogger(__name__)
+_NO_AUTOCAST = contextlib.nullcontext()  # reusable: entered and left every micro-step at full precision
 
 
 def micro_batch_size(batch_size: int, world_size: int, grad_accum: int) -> int:
@@ -102,6 +103,8 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.scaling = self.scaler.is_enabled()  # fp16 only: otherwise the scaler's four calls a step are skipped
+        self.distributed = info.enabled  # read every step: a plain attribute, not a property
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(cfg.precision))
 
         self.step = 0
@@ -182,29 +185,38 @@ class Trainer:
     # ------------------------------------------------------------------ steps
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:
-            return contextlib.nullcontext()
+            return _NO_AUTOCAST  # one shared no-op context: the loop enters it every micro-step
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def train_step(self, fetch_ahead: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """One optimizer step over ``grad_accum`` micro-batches; ``fetch_ahead``: the next step's first too."""
-        loss_sum = torch.zeros((), device=self.device)
+        loss_sum: Optional[torch.Tensor] = None
         for micro in range(self.grad_accum):
             last = micro == self.grad_accum - 1
             batch = self.data.take()
-            if self.info.enabled:
+            if self.distributed:
                 self.model.require_backward_grad_sync = last  # all-reduce on the last micro-step only
             with self.autocast():
-                loss = self.forward.loss_of(*self.forward(self.model, batch), batch) / self.grad_accum
+                loss = self.forward.loss_of(*self.forward(self.model, batch), batch)
+                if self.grad_accum > 1:
+                    loss = loss / self.grad_accum  # the mean over micro-steps (skipped for one: x / 1 is x, an op saved)
             if fetch_ahead or not last:
                 self.data.prefetch()  # immediately fetch the next batch while the GPU runs the queued forward
-            self.scaler.scale(loss).backward()
-            loss_sum += loss.detach()  # stays on the device: no sync
+            (self.scaler.scale(loss) if self.scaling else loss).backward()
+            # stays on the device: no sync; the first micro-step's loss starts the sum (no zeros tensor a step)
+            detached = loss.detach() if loss.dtype == torch.float32 else loss.detach().float()
+            loss_sum = detached if loss_sum is None else loss_sum + detached
+        assert loss_sum is not None  # grad_accum >= 1 (the schema checks it)
         grad_norm = None
         if self.every.grad_clip > 0:
-            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
+            if self.scaling:
+                self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
             grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.every.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        if self.scaling:
+            self.scaler.step(self.optimizer)  # skips the step on inf/nan gradients
+            self.scaler.update()
+        else:
+            self.optimizer.step()  # what the disabled scaler's step() calls
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
@@ -233,8 +245,8 @@ class Trainer:
                 self.retune(schedule[self.step])
                 every = self.every
             # one rank alone acts on a stop request at the next step; several agree on it one step later
-            stop_asked = not self.info.enabled and self._stop_asked()
-            if self.info.enabled and self.stop_flag.exchange(self._stop_asked()):
+            stop_asked = not self.distributed and self._stop_asked()
+            if self.distributed and self.stop_flag.exchange(self._stop_asked()):
                 self.data.put_back()  # the batch fetched ahead is trained after the resume
                 if interval:
                     self._log_step(loss_acc / interval, None, meter)

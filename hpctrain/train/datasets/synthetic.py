@@ -24,7 +24,7 @@ class TensorData(Dataset):
         return self.x[i], self.y[i]
 
     def __getitems__(self, indices: Sequence[int]) -> Tuple[torch.Tensor, torch.Tensor]:
-        idx = torch.as_tensor(indices)
+        idx = indices if isinstance(indices, torch.Tensor) else torch.as_tensor(indices)  # the sampler's tensor as is
         return self.x[idx], self.y[idx]
 
     @staticmethod
