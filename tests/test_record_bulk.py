@@ -80,7 +80,7 @@ def _submission(sweep: Path, n: int) -> None:
     events.submitted_all(s.run_dir for s in specs)
 
     def add(m: manifest.Manifest) -> None:
-        m.submissions.append(manifest.Submission(runs=[s.idx for s in specs]))
+        m.submissions.append(manifest.SubmissionRecord(runs=[s.idx for s in specs]))
         for s in specs:
             m.runs[s.idx] = manifest.RunEntry(s)
 
@@ -102,7 +102,7 @@ def test_job_ids_set_on_the_raw_json_read_as_the_typed_update_reads_them(tmp_pat
         specs = [RunSpec(i, (f"x={i}",), sweep / str(i)) for i in range(4)]
 
         def add(m: manifest.Manifest, specs=specs) -> None:
-            m.submissions.append(manifest.Submission(runs=[0, 1, 2, 3], job_ids=["5"]))
+            m.submissions.append(manifest.SubmissionRecord(runs=[0, 1, 2, 3], job_ids=["5"]))
             m.runs.update({s.idx: manifest.RunEntry(s) for s in specs})
 
         manifest.update(sweep, add)

@@ -163,7 +163,7 @@ def add_job_ids(sweep_dir: PathLike, job_ids: Dict[int, str], array_ids: List[st
             runs[str(idx)]["job_id"] = job_id  # recorded before the job was sent (a KeyError otherwise, as always)
         submissions = data.setdefault("submissions", [])
         if not submissions:
-            submissions.append(Submission().to_json())
+            submissions.append(SubmissionRecord().to_json())
         last = submissions[-1]
         last["job_ids"] = sorted({str(j) for j in last.get("job_ids") or []} | set(array_ids))
         return data
