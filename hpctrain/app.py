@@ -53,7 +53,7 @@ def train(cfg: DictConfig) -> float:
         if own_record:
             events.started(run_dir)
         trial = bridge.current()  # the search trial this run is, or None
-        trainer = Trainer(cfg, run_dir, info, hooks=[PreemptionGuard(), *([trial] if trial else [])])
+        trainer = Trainer(cfg, run_dir, info, hooks=[PreemptionGuard(run_dir), *([trial] if trial else [])])
         result = trainer.fit()
         if own_record:
             events.completed(run_dir)

@@ -8,7 +8,7 @@ import functools
 import os
 import pickletools
 import shlex
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 # the module submitit's sbatch script runs on every task: ``python -u -m submitit.core._submit FOLDER``
 SUBMIT_MODULE = "submitit.core._submit"
@@ -64,6 +64,12 @@ def preemption_signal() -> Any:
     from submitit import JobEnvironment
 
     return JobEnvironment._usr_sig()
+
+
+def requeue_through(handler: Any, requeue: Callable[[int], None]) -> None:
+    """Make submitit's preemption handler (``handler``, as ``signal.getsignal`` returned it) requeue by calling
+    ``requeue(countdown)`` instead of running ``scontrol requeue`` itself (its job environment's ``_requeue``)."""
+    handler.__self__.env._requeue = requeue
 
 
 def checkpoint_for_requeue(handler: Any) -> None:

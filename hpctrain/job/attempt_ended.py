@@ -6,7 +6,8 @@ packed task's entry in RUNS lists its runs); the local launcher calls :func:`att
 ends. A run whose record still says running when its tasks are gone died without a word (killed, out
 of memory, node failure): it is recorded failed. A failed attempt, whichever rank crashed, is retried
 while the budget lasts: ``retrying`` in the record, then the job is requeued (Slurm) or submitted
-again (local launcher). No torch here.
+again (local launcher). The requeue is asked of the batch script's host-side helper (:mod:`hpctrain.slurm.host`):
+this step may run inside the job's container, which has no Slurm client. No torch here.
 """
 
 import json
@@ -16,10 +17,10 @@ from pathlib import Path
 from typing import List, Optional
 
 from hpctrain.core import events, summary
-from hpctrain.core.state import State
+from hpctrain.core.state import REQUEUE_FAILED, State
 from hpctrain.core.errors import DiskFullError, deterministic, last_line
 from hpctrain.core.run import RunSpec
-from hpctrain.slurm import query as slurm
+from hpctrain.slurm import host
 
 
 def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "") -> Optional[int]:
@@ -78,13 +79,14 @@ def main(argv: list) -> int:
     if any(r is not None for r in retries):
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
         job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job_id else os.environ.get("SLURM_JOB_ID", "")
-        ans = slurm.requeue(job_id)
+        ans = host.requeue()
         if ans.stdout is None:  # the retry cannot happen: the runs end failed, saying why
             for run_dir, retry in zip(run_dirs, retries):
                 if retry is not None:
-                    events.failed(run_dir, f"retry not possible: scontrol requeue {job_id} failed: {ans.error}")
+                    events.failed(run_dir, f"retry not possible: {REQUEUE_FAILED} (scontrol requeue {job_id}): "
+                                           f"{ans.error}")
                     summary.write(run_dir)
-            print(f"hpctrain: scontrol requeue {job_id} failed: {ans.error}", file=sys.stderr)
+            print(f"hpctrain: {REQUEUE_FAILED} (scontrol requeue {job_id}): {ans.error}", file=sys.stderr)
             return 1
     return 0
 

@@ -44,7 +44,8 @@ from hpctrain._compat.submitit import checkpoint_for_requeue, preemption_signal
 from hpctrain.core import paths as runfiles
 from hpctrain.core.state import FINAL, State
 from hpctrain.core.run import RunSpec
-from hpctrain.job.preemption import TERM_BY_PARENT_ENV, Term, decides_term, requeue_with, term_meaning_now
+from hpctrain.job.preemption import (TERM_BY_PARENT_ENV, RequeueFailed, Term, decides_term, requeue_with,
+                                     term_meaning_now)
 
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
 MEMORY_FRACTION_ENV = "HPCTRAIN_GPU_MEMORY_FRACTION"
@@ -180,12 +181,15 @@ class PackJob:
                     checkpoint_for_requeue(submitit_handler)
                     sys.exit(0)
                 requeue_with(submitit_handler, signum)  # submitit: checkpoint() below, scontrol requeue, exit
-            except Exception as exc:  # submitit will not requeue (max_num_timeout used up): those runs timed out
+            except Exception as exc:  # the host side could not requeue, or submitit will not (max_num_timeout used up)
                 from hpctrain.core import summary
 
                 for spec, _ in children:
                     if codes.get(spec.idx) == REQUEUE_EXIT:
-                        events.timed_out(spec.run_dir, str(exc))
+                        if isinstance(exc, RequeueFailed):  # failed, not timed out: the retry budget decides
+                            events.failed(spec.run_dir, str(exc))
+                        else:
+                            events.timed_out(spec.run_dir, str(exc))
                         summary.write(spec.run_dir)
                 raise
         signal.signal(signum, submitit_handler)

@@ -339,11 +339,12 @@ def heartbeat_age(sweep_dir: "str | Path", number: int, owner: str, now: Optiona
 
 
 def slurm_queue(job_ids: List[str]) -> Optional[Set[str]]:
-    """The jobs of ``job_ids`` still in Slurm's queue; None when squeue could not answer."""
+    """The jobs of ``job_ids`` still in Slurm's queue; None when squeue could not answer. Asked of the batch
+    script's host side inside a job (the worker may run in an image without Slurm): :func:`hpctrain.slurm.host.squeue`."""
+    from hpctrain.slurm import host
     from hpctrain.slurm import parse as slurm_parse
-    from hpctrain.slurm import query as slurm
 
-    queue = slurm.squeue(job_ids)
+    queue = host.squeue(job_ids)
     if queue is None:
         return None
     return {j for j in job_ids if slurm_parse.in_queue(queue, j)}
