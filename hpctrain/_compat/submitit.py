@@ -69,7 +69,9 @@ def preemption_signal() -> Any:
 def requeue_through(handler: Any, requeue: Callable[[int], None]) -> None:
     """Make submitit's preemption handler (``handler``, as ``signal.getsignal`` returned it) requeue by calling
     ``requeue(countdown)`` instead of running ``scontrol requeue`` itself (its job environment's ``_requeue``)."""
-    handler.__self__.env._requeue = requeue
+    env = getattr(getattr(handler, "__self__", None), "env", None)  # submitit's SignalHandler and its environment
+    if env is not None:
+        env._requeue = requeue
 
 
 def checkpoint_for_requeue(handler: Any) -> None:

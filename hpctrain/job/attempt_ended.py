@@ -12,6 +12,7 @@ this step may run inside the job's container, which has no Slurm client. No torc
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -79,7 +80,11 @@ def main(argv: list) -> int:
     if any(r is not None for r in retries):
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
         job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job_id else os.environ.get("SLURM_JOB_ID", "")
-        ans = host.requeue()
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue SIGTERMs the job, this step too
+        try:
+            ans = host.requeue()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         if ans.stdout is None:  # the retry cannot happen: the runs end failed, saying why
             for run_dir, retry in zip(run_dirs, retries):
                 if retry is not None:

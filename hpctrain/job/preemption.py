@@ -182,7 +182,7 @@ def requeue_on_host(countdown: int = 0) -> None:
     if ans.stdout is None:
         print(f"hpctrain: {REQUEUE_FAILED}: {ans.error}", file=sys.stderr, flush=True)
         raise RequeueFailed(ans.error)
-    print(f"hpctrain: requeued by the host side ({countdown} time-outs left)", file=sys.stderr, flush=True)
+    print(f"hpctrain: requeued by the host side ({countdown} remaining timeouts)", file=sys.stderr, flush=True)
 
 
 def decides_term() -> bool:

@@ -58,9 +58,9 @@ USR2_TRAP = "trap 'echo hpctrain: batch shell got USR2, the job step checkpoints
 # Slurm client. A loop beside srun answers each request file of its host dir every 0.5 s; TERM ignored, so
 # that it answers through a preemption's grace time and a requeue's own SIGTERM; it ends with the batch shell
 # (its dir, a heartbeat file, is emptied when the job starts again).
-# Slurm's requeue and a cancel SIGTERM the batch shell too: it lives on (the trap runs once srun has ended) so
-# that its helper can still answer the job step, and the teardown records what the step left unrecorded.
-TERM_TRAP = "trap 'echo hpctrain: batch shell got TERM, the job step decides what it means' TERM"
+# Slurm's requeue, a cancel and the time limit SIGTERM the batch shell too: it lives on (the trap runs once srun
+# has ended) so that its helper can still answer the job step; the teardown is skipped then, as when it died.
+TERM_TRAP = "trap 'hpctrain_term=1; echo hpctrain: batch shell got TERM: the job ends or Slurm requeued it' TERM"
 HOST_ANSWER = (
     "hpctrain_answer() { case \"$1\" in show) scontrol show job -o \"$SLURM_JOB_ID\";; "
     "requeue) scontrol requeue \"$SLURM_JOB_ID\";; "
@@ -72,7 +72,7 @@ HOST_LOOP = (
     "(trap '' TERM; while kill -0 $$ 2>/dev/null; do touch \"$hpctrain_host/alive\"; "
     "for q in \"$hpctrain_host\"/*.ask; do [ -e \"$q\" ] || continue; "
     "{ hpctrain_answer \"$(head -c 400 \"$q\")\" 2>&1; echo \"rc=$?\"; } >\"${q%.ask}.part\"; "
-    "mv -f \"${q%.ask}.part\" \"${q%.ask}.answer\"; rm -f \"$q\"; done; sleep 0.5; done) &"
+    "rm -f \"$q\"; mv -f \"${q%.ask}.part\" \"${q%.ask}.answer\"; done; sleep 0.5; done) &"
 )
 
 
@@ -130,7 +130,7 @@ class SlurmLauncher(BaseLauncher):
         index = f"$(( ${{SLURM_ARRAY_TASK_ID:-0}} + {offset} ))" if offset else "${SLURM_ARRAY_TASK_ID:-0}"
         return [
             "hpctrain_rc=$?",  # srun's exit status: must be the first line after the srun line
-            f"{python} -m hpctrain.job.attempt_ended {shlex.quote(str(runs_file))} "
+            f'[ -n "${{hpctrain_term:-}}" ] || {python} -m hpctrain.job.attempt_ended {shlex.quote(str(runs_file))} '
             f'"{index}" "$hpctrain_rc" {int(self.params.max_retries)} '
             '|| echo "hpctrain: recording how the attempt ended failed (exit code $?)" >&2',
             'exit "$hpctrain_rc"',  # the job ends as its step did: sacct, --mail-type=FAIL and afterok see a failure
