@@ -141,3 +141,23 @@ def test_the_isolated_stand_in_hides_slurm_from_the_job(tmp_path):
     proc = subprocess.run([str(HELPERS / "isolated_apptainer"), "exec", "--nv", str(image), "bash", "-c", inside],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "APPTAINERENV_X": "1"})
     assert proc.stdout.split() == ["no-slurm", "0", "x=1", "tools"], proc
+
+
+def test_cleanenv_is_refused_on_the_login_node_with_the_reason(tmp_path):
+    """`container.args=[--cleanenv]` made every task fail at its start (submitit: "Could not figure out which
+    environment the job is running in"): refused before anything is submitted, one line, the key named."""
+    from cli_helpers import run_hpctrain
+    from hpctrain.submit.container import check_args
+
+    assert check_args(["--writable-tmpfs"]) == []
+    for option in ("--cleanenv", "-e", "--containall", "-C"):
+        (problem,) = check_args(["--nv", option])
+        assert problem.startswith("hydra.launcher.container.args: ") and "SLURM_" in problem
+    image = tmp_path / "img.sif"
+    image.touch()
+    sweep = tmp_path / "sweep"
+    proc = run_hpctrain(["-m", "max_steps=5", "hydra/launcher=local", f"hydra.launcher.container.image={image}",
+                         "hydra.launcher.container.args=[--cleanenv]", f"hydra.sweep.dir={sweep}"],
+                        cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode != 0 and "container.args: --cleanenv drops the job's environment" in proc.stderr, proc
+    assert "Traceback" not in proc.stderr and not (sweep / ".submitit").exists()

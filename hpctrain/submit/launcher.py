@@ -28,7 +28,7 @@ from hpctrain.core import paths as runfiles
 from hpctrain.core.run import RunSpec
 from hpctrain.submit import provenance, rerun, snapshot
 from hpctrain.submit.code import CodeStage
-from hpctrain.submit.container import check_container, container_command, default_binds
+from hpctrain.submit.container import check_args, check_container, container_command, default_binds
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.lock import one_submission
 from hpctrain.submit.plan import Run, constant_keys, exclude_from_names, plan_runs
@@ -263,6 +263,7 @@ class BaseLauncher(Launcher):
         problems = self.check_resources()
         c = self.params.container
         problems += check_container(c.image, c.runtime, list(c.binds))
+        problems += check_args(list(c.args)) if c.image else []
         for name in self.params.env:
             if redact.is_secret_key(name):
                 problems.append(
