@@ -44,8 +44,8 @@ from hpctrain._compat.submitit import checkpoint_for_requeue, preemption_signal
 from hpctrain.core import paths as runfiles
 from hpctrain.core.state import FINAL, State
 from hpctrain.core.run import RunSpec
-from hpctrain.job.preemption import (TERM_BY_PARENT_ENV, RequeueFailed, Term, decides_term, requeue_with,
-                                     term_meaning_now)
+from hpctrain.job.preemption import (END_EXIT, TERM_BY_PARENT_ENV, RequeueFailed, Term, decides_term, ended_as,
+                                     requeue_with, term_now)
 
 REQUEUE_EXIT = 75  # a child checkpointed on the preemption signal: requeue the task for it
 MEMORY_FRACTION_ENV = "HPCTRAIN_GPU_MEMORY_FRACTION"
@@ -148,7 +148,9 @@ class PackJob:
                 next_look = time.time() + CANCEL_LOOK_S
             if terms:
                 terms.clear()
-                meaning = term_meaning_now() if decides_term() and not preempted else None
+                meaning, job = term_now() if decides_term() and not preempted else (None, {})
+                if meaning is Term.END:  # a cancel, the time limit: the runs end now, not at the SIGKILL
+                    self._end_now([(spec, pid) for spec, pid in children if spec.idx not in codes], job)
                 if meaning is Term.PREEMPTION:
                     print("hpctrain pack: SIGTERM with the job still running (a preemption's grace time): "
                           "the runs checkpoint as on the preemption signal", flush=True)
@@ -199,6 +201,26 @@ class PackJob:
             raise RuntimeError(f"{len(bad)} of {len(children)} packed run(s) failed (exit codes {bad}); "
                                f"their metrics.json hold the errors")
         return states
+
+    @staticmethod
+    def _end_now(running: List[Tuple[RunSpec, int]], job: Dict[str, str]) -> None:
+        """The job ends (a SIGTERM that is no preemption): its running runs stop at once, each recorded as
+        Slurm said the job ended (cancelled, timeout) where it said; never returns."""
+        from hpctrain.core import events, summary
+
+        end = ended_as(job)
+        print(f"hpctrain pack: SIGTERM ends the job ({end or 'Slurm did not say why'}): stopping "
+              f"{len(running)} run(s)", flush=True)
+        for spec, pid in running:
+            os.kill(pid, signal.SIGKILL)  # submitit's children ignore SIGTERM; nothing to keep
+            os.waitpid(pid, 0)
+            if end == "cancelled":
+                events.cancelled(spec.run_dir, by="Slurm (scancel)", job_id=os.environ.get("SLURM_JOB_ID"))
+            elif end == "timeout":
+                events.timed_out(spec.run_dir, "the job reached its time limit (Slurm's SIGTERM) and was not requeued")
+            if end is not None:
+                summary.write(spec.run_dir)
+        sys.exit(END_EXIT)
 
     def _cut_short(self, spec: RunSpec, pid: int, wait_s: float) -> int:
         """A run not checkpointed ``wait_s`` after the signal: killed so that the task still requeues; it
