@@ -168,7 +168,8 @@ def requeue_with(handler: Callable[..., Any], signum: int) -> None:
 
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        requeue_through(handler, requeue_on_host)
+        if os.environ.get("SUBMITIT_EXECUTOR") == "slurm":  # the local executor's requeue is its exit code
+            requeue_through(handler, requeue_on_host)
         handler(signum, None)
     finally:
         signal.signal(signal.SIGTERM, previous)
