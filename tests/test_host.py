@@ -161,3 +161,14 @@ def test_cleanenv_is_refused_on_the_login_node_with_the_reason(tmp_path):
                         cwd=tmp_path, timeout=120, check=False)
     assert proc.returncode != 0 and "container.args: --cleanenv drops the job's environment" in proc.stderr, proc
     assert "Traceback" not in proc.stderr and not (sweep / ".submitit").exists()
+
+
+def test_a_slow_slurm_call_is_waited_for_once_the_helper_took_the_request(helper, tmp_path):
+    """A busy controller: scontrol answers after 3 s, longer than the heartbeat's 2 s (the helper is busy
+    running it); the request was taken, so the answer is waited for."""
+    scontrol = tmp_path / "bin" / "scontrol"
+    scontrol.write_text("#!/bin/bash\nsleep 3\necho \"JobId=$4 JobState=RUNNING Reason=None Restarts=0\"\n")
+    scontrol.chmod(0o755)
+    ans = host.show_job(timeout_s=20)
+    assert ans.stdout is not None and parse.parse_fields(ans.stdout.strip())["JobState"] == "RUNNING", ans
+    assert parse.parse_fields(ans.stdout.strip())["JobId"] == "77"

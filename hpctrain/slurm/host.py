@@ -2,13 +2,14 @@
 
 A job's tasks may run inside a container image that has no Slurm client and no munge socket (a
 PyTorch-CUDA Apptainer image), so nothing in them calls ``scontrol`` or ``squeue``. The batch script
-starts a small shell loop on the host before ``srun`` (:data:`hpctrain.submit.backends.slurm.HOST_HELPER`);
-every half second it touches its heartbeat and answers each request file in the job's own host dir
+starts a small shell loop on the host before ``srun`` (:func:`hpctrain.submit.backends.slurm.host_lines`);
+every half second it touches its heartbeat, takes each request file in the job's own host dir and answers it
 (``$HPCTRAIN_HOST_DIR``, under the sweep dir, which every container binds): the command's output, then
 ``rc=N``. The requests are a fixed few (:class:`Request`); the shell maps each to its Slurm command, so the
 job step never names a command the host runs. The same path with or without a container: one mechanism.
 
-A helper that is gone (no heartbeat for :data:`STALE_S`) or an answer that does not come in time is an
+A helper that is gone (no heartbeat for :data:`STALE_S` and the request not taken) or an answer that does not
+come in time is an
 Answer with ``stdout=None``: unknown, as any failed Slurm query (:mod:`hpctrain.slurm.query`).
 No torch here.
 """
@@ -53,7 +54,8 @@ def ask(request: Request, argument: str = "", timeout_s: float = 15.0) -> Answer
     try:
         tmp = where / f"{name}.tmp"
         tmp.write_text(text)
-        os.replace(tmp, where / f"{name}.ask")  # the helper reads only whole requests
+        asked = where / f"{name}.ask"
+        os.replace(tmp, asked)  # the helper reads only whole requests
     except OSError as exc:
         return Answer(None, f"cannot write a request into {where}: {exc}", 1)
     answer = where / f"{name}.answer"
@@ -67,7 +69,7 @@ def ask(request: Request, argument: str = "", timeout_s: float = 15.0) -> Answer
             pass
         except OSError as exc:
             return Answer(None, f"cannot read the host side's answer {answer}: {exc}", 1)
-        if not helper_alive(where):
+        if not helper_alive(where) and asked.exists():  # not taken up; once taken, a slow Slurm call may follow
             return Answer(None, f"the host-side helper is gone (no heartbeat in {where} for {STALE_S:g} s)", 1)
         time.sleep(0.05)
     return Answer(None, f"the host-side helper did not answer {request.value} within {timeout_s:g} s", 1)

@@ -71,8 +71,8 @@ HOST_ANSWER = (
 HOST_LOOP = (
     "(trap '' TERM; while kill -0 $$ 2>/dev/null; do touch \"$hpctrain_host/alive\"; "
     "for q in \"$hpctrain_host\"/*.ask; do [ -e \"$q\" ] || continue; "
-    "{ hpctrain_answer \"$(head -c 400 \"$q\")\" 2>&1; echo \"rc=$?\"; } >\"${q%.ask}.part\"; "
-    "rm -f \"$q\"; mv -f \"${q%.ask}.part\" \"${q%.ask}.answer\"; done; sleep 0.5; done) &"
+    "r=$(head -c 400 \"$q\"); rm -f \"$q\"; { hpctrain_answer \"$r\" 2>&1; echo \"rc=$?\"; } >\"${q%.ask}.part\"; "
+    "mv -f \"${q%.ask}.part\" \"${q%.ask}.answer\"; done; sleep 0.5; done) &"
 )
 
 
