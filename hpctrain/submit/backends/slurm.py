@@ -69,7 +69,7 @@ HOST_ANSWER = (
     "*) echo \"unknown request: $1\"; return 2;; esac; }"
 )
 HOST_LOOP = (
-    "(trap '' TERM; while kill -0 $$ 2>/dev/null; do touch \"$hpctrain_host/alive\"; "
+    "(trap '' TERM USR2; while kill -0 $$ 2>/dev/null; do touch \"$hpctrain_host/alive\"; "
     "for q in \"$hpctrain_host\"/*.ask; do [ -e \"$q\" ] || continue; "
     "r=$(head -c 400 \"$q\"); rm -f \"$q\"; { hpctrain_answer \"$r\" 2>&1; echo \"rc=$?\"; } >\"${q%.ask}.part\"; "
     "mv -f \"${q%.ask}.part\" \"${q%.ask}.answer\"; done; sleep 0.5; done) &"
