@@ -55,9 +55,10 @@ GPU_OPTIONS = ("gpus", "gpus_per_node", "gpus_per_task", "gpus_per_socket")
 USR2_TRAP = "trap 'echo hpctrain: batch shell got USR2, the job step checkpoints and requeues' USR2"
 
 # The job's Slurm calls, made here on the host (hpctrain.slurm.host): the job step may run in an image with no
-# Slurm client. A loop beside srun answers each request file of its host dir every 0.5 s; TERM ignored, so
-# that it answers through a preemption's grace time and a requeue's own SIGTERM; it ends with the batch shell
-# (its dir, a heartbeat file, is emptied when the job starts again).
+# Slurm client. A loop beside srun answers each request file of its host dir every 0.5 s; TERM and USR2 ignored
+# (a subshell keeps none of the batch shell's traps), so that it answers through a preemption's grace time, a
+# requeue's own SIGTERM and `scancel --signal=USR2 --full`; it ends with the batch shell (its dir, a heartbeat
+# file, is emptied when the job starts again).
 # Slurm's requeue, a cancel and the time limit SIGTERM the batch shell too: it lives on (the trap runs once srun
 # has ended) so that its helper can still answer the job step; the teardown is skipped then, as when it died.
 TERM_TRAP = "trap 'hpctrain_term=1; echo hpctrain: batch shell got TERM: the job ends or Slurm requeued it' TERM"
