@@ -214,6 +214,8 @@ class PackJob:
         for spec, pid in running:
             os.kill(pid, signal.SIGKILL)  # submitit's children ignore SIGTERM; nothing to keep
             os.waitpid(pid, 0)
+            if events.read(spec.run_dir).final:  # `hpctrain cancel --run N` wrote it
+                continue
             if end == "cancelled":
                 events.cancelled(spec.run_dir, by="Slurm (scancel)", job_id=os.environ.get("SLURM_JOB_ID"))
             elif end == "timeout":

@@ -110,7 +110,9 @@ class PreemptionGuard:
             from hpctrain.core import events, summary
 
             try:
-                if end == "cancelled":
+                if events.read(self.run_dir).final:  # `hpctrain cancel` wrote it before its scancel
+                    pass
+                elif end == "cancelled":
                     events.cancelled(self.run_dir, by="Slurm (scancel)", job_id=os.environ.get("SLURM_JOB_ID"))
                 else:
                     events.timed_out(self.run_dir, "the job reached its time limit (Slurm's SIGTERM) and was not "
