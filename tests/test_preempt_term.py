@@ -109,3 +109,25 @@ def test_a_plain_scancel_stays_a_cancel(tmp_path, mode):
         assert ran_contained(tmp_path) == mode.contained
     finally:
         subprocess.run(["scancel", job.split("_")[0]], capture_output=True)
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_a_plain_scancel_of_a_packed_task_ends_its_runs_at_once(tmp_path):
+    """The task's parent tells the SIGTERM apart for its runs: the end of the job stops them now (in the
+    container, where no scontrol exists: the host side answers), each recorded cancelled."""
+    mode = mode_for("container", tmp_path)
+    sweep, job = _submit(tmp_path, ["seed=range(2)", "hydra.launcher.runs_per_task=2", "hydra.launcher.cpus_per_task=2"],
+                         mode)
+    try:
+        dirs = _under_way(sweep, 2)
+        subprocess.run(["scancel", job], check=True)
+        wait_for(lambda: not queued(job), 60, "the job to leave the queue")
+        for run in dirs:
+            kinds = record_kinds(run)
+            assert "requeued" not in kinds and kinds.count("started") == 1 and kinds[-1] == "cancelled", kinds
+        out = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.out"))
+        assert "hpctrain pack: SIGTERM ends the job (cancelled): stopping 2 run(s)" in out
+        assert ran_contained(tmp_path)
+    finally:
+        subprocess.run(["scancel", job.split("_")[0]], capture_output=True)
