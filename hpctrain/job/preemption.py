@@ -86,8 +86,8 @@ class PreemptionGuard:
         self.term_at = time.time()  # told apart at the next step, not in the handler (a subprocess)
 
     def _term_decided(self) -> bool:
-        """Whether a SIGTERM came (its meaning asked once per SIGTERM): a preemption or Slurm's requeue
-        (checkpoint, requeue), or the end of the job (:attr:`ended`: stop and exit at once)."""
+        """Whether a SIGTERM came that stops the run here (its meaning asked once per SIGTERM): a preemption or
+        Slurm's requeue (checkpoint, requeue); the end of the job exits at once (:meth:`end_now`)."""
         if self.term_at is None:
             return False
         self.term_at = None
@@ -130,7 +130,7 @@ class PreemptionGuard:
 
             checkpoint_for_requeue(self._previous)  # the job's checkpoint() and pickle: no scontrol requeue
             sys.exit(0)
-        requeue_with(self._previous, self._signum)  # rank 0: checkpoint(), scontrol requeue, sys.exit
+        requeue_with(self._previous, self._signum)  # rank 0: checkpoint(), the host side's requeue, sys.exit
         sys.exit(0)  # other ranks: submitit's handler returns; their work is done
 
     def uninstall(self) -> None:
