@@ -138,7 +138,9 @@ def test_the_isolated_stand_in_hides_slurm_from_the_job(tmp_path):
     image.touch()
     inside = ("command -v scontrol squeue sbatch srun || echo no-slurm; ls -A /run/munge 2>/dev/null | wc -l; "
               "echo \"x=$X\"; test -x /usr/bin/python3 -o -x /bin/sh && echo tools")
-    proc = subprocess.run([str(HELPERS / "isolated_apptainer"), "exec", "--nv", str(image), "bash", "-c", inside],
+    apptainer = tmp_path / "apptainer"  # as the tests put it on PATH: a link
+    apptainer.symlink_to(HELPERS / "isolated_apptainer")
+    proc = subprocess.run([str(apptainer), "exec", "--nv", str(image), "bash", "-c", inside],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "APPTAINERENV_X": "1"})
     assert proc.stdout.split() == ["no-slurm", "0", "x=1", "tools"], proc
 
