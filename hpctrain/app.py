@@ -60,7 +60,7 @@ def train(cfg: DictConfig) -> float:
             own.begin()
         trial = bridge.current()  # the search trial this run is, or None
         with lifecycle.active(own) if own is not None else nullcontext():
-            trainer = Trainer(cfg, run_dir, info, hooks=[PreemptionGuard(), *([trial] if trial else [])])
+            trainer = Trainer(cfg, run_dir, info, hooks=[PreemptionGuard(run_dir), *([trial] if trial else [])])
             result = trainer.fit()
         if own is not None:
             own.end(lifecycle.Outcome.COMPLETED)

@@ -219,6 +219,25 @@ def test_checkpoint_for_requeue_writes_the_next_attempts_pickle_and_requeues_not
     assert again.args == (2,) and again._timeout_countdown == 3
 
 
+def test_requeue_through_makes_submitits_handler_requeue_by_the_given_call(tmp_path, monkeypatch):
+    """The USR2 handler checkpoints, then calls its environment's ``_requeue(countdown)``, the one place
+    submitit runs ``scontrol requeue``: hpctrain puts the host side's requeue there (issue 27)."""
+    from submitit.core.job_environment import SignalHandler
+    from submitit.core.utils import DelayedSubmission, JobPaths
+
+    paths = JobPaths(tmp_path, job_id="1234", task_id=0)
+    delayed = DelayedSubmission(_Checkpointable(), 1)
+    delayed.set_timeout(60, 3)  # an hour's limit: not timed out yet, the countdown stays
+    env = types.SimpleNamespace(_requeue=lambda countdown: pytest.fail("submitit's own scontrol"), global_rank=0)
+    handler = SignalHandler(env, paths, delayed)  # type: ignore[arg-type]
+    asked = []
+    submitit_compat.requeue_through(handler.checkpoint_and_try_requeue, asked.append)
+    with pytest.raises(SystemExit):
+        handler.checkpoint_and_try_requeue(signal.SIGUSR2)
+    assert asked == [3]  # not timed out: the countdown as it was
+    assert DelayedSubmission.load(paths.submitted_pickle).args == (2,)
+
+
 @pytest.mark.parametrize("job_id", ["1234", "1234_7"])
 def test_file_names_are_submitits_job_paths(tmp_path, job_id):
     from submitit.core.utils import JobPaths

@@ -15,6 +15,7 @@ import pytest
 from cli_helpers import run_hpctrain
 from hpctrain.core import events
 from hpctrain.slurm import parse
+from isolation import MODES, Mode, mode_for, ran_contained
 from slurm_helpers import metrics, record_kinds, run_dirs, wait_for
 
 # a run that takes a whole node (2 CPUs), so that any urgent job on that node must preempt it
@@ -66,9 +67,19 @@ def _sacct_states(job: str) -> list:
     return out.stdout.split()
 
 
-def _preempted(tmp_path, extra, n_runs=1):
+@pytest.fixture(params=MODES)
+def mode(request, tmp_path):
+    """Bare, or inside a container that hides Slurm from the job (issue 27): the same test either way."""
+    return mode_for(request.param, tmp_path)
+
+
+BARE = Mode("bare")
+
+
+def _preempted(tmp_path, extra, n_runs=1, mode=BARE):
     sweep = tmp_path / "sweep"
-    run_hpctrain(["-m", *SLOW, *extra, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=120)
+    run_hpctrain(["-m", *SLOW, *extra, f"hydra.sweep.dir={sweep}", *mode.args], cwd=tmp_path, timeout=120,
+                 env=mode.env)
     job = json.loads((sweep / "sweep.json").read_text())["runs"]["0"]["job_id"]
     wait_for(lambda: len(run_dirs(sweep)) == n_runs and all(metrics(d).get("step", 0) >= 600 for d in run_dirs(sweep)),
              240, "the runs past their first checkpoint")
@@ -98,8 +109,8 @@ def _checkpointed_at_the_signal(run) -> None:
 
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
-def test_a_preemption_with_a_grace_time_checkpoints_requeues_and_resumes(tmp_path):
-    sweep, job, urgent = _preempted(tmp_path, ["seed=0"])
+def test_a_preemption_with_a_grace_time_checkpoints_requeues_and_resumes(tmp_path, mode):
+    sweep, job, urgent = _preempted(tmp_path, ["seed=0"], mode=mode)
     try:
         (run,) = run_dirs(sweep)
         wait_for(lambda: "requeued" in record_kinds(run), 30, "the checkpoint in the grace time")
@@ -108,6 +119,7 @@ def test_a_preemption_with_a_grace_time_checkpoints_requeues_and_resumes(tmp_pat
         assert _sacct_states(job) == ["REQUEUED", "COMPLETED"]  # hpctrain requeued it within the grace time
         assert _sacct_states(urgent) == ["COMPLETED"]
         assert "SIGTERM with the job still running" in _log(sweep)
+        assert ran_contained(tmp_path) == mode.contained
     finally:
         subprocess.run(["scancel", job, urgent], capture_output=True)
 
@@ -153,14 +165,15 @@ def test_a_preemption_without_grace_time_checkpoints_before_the_kill_and_resumes
 
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
-def test_a_packed_task_preempted_without_grace_time_checkpoints_its_runs(tmp_path):
+def test_a_packed_task_preempted_without_grace_time_checkpoints_its_runs(tmp_path, mode):
     sweep, job, urgent = _preempted(tmp_path, ["seed=range(2)", "hydra.launcher.runs_per_task=2", *NO_GRACE],
-                                    n_runs=2)
+                                    n_runs=2, mode=mode)
     try:
         for run in run_dirs(sweep):
             _checkpointed_at_the_signal(run)
         _ended(job)
         assert _sacct_states(job) == ["PREEMPTED", "COMPLETED"]
         assert "SIGTERM with the job already requeued by Slurm" in _log(sweep)
+        assert ran_contained(tmp_path) == mode.contained
     finally:
         subprocess.run(["scancel", job, urgent], capture_output=True)

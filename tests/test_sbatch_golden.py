@@ -95,6 +95,13 @@ def test_dry_run_script_makes_sense_and_slurm_accepts_it(dry_run):
     # the USR2 trap is in the setup, before the job step starts
     setup = script.split("# setup\n", 1)[1].split("# command\n", 1)[0]
     assert re.search(r"^trap .* USR2$", setup, re.M), setup
+    # the host side's helper (issue 27): the job's Slurm calls are made by the batch shell, outside the image
+    assert re.search(r"^trap .* TERM$", setup, re.M), setup
+    assert 'export HPCTRAIN_HOST_DIR="$hpctrain_host" APPTAINERENV_HPCTRAIN_HOST_DIR="$hpctrain_host"' in setup
+    assert "scontrol requeue" in setup and "scontrol show job -o" in setup and "squeue -h -r -j" in setup
+    for line in lines:
+        if "apptainer exec" in line:
+            assert not re.search(r"\b(scontrol|squeue|sbatch|scancel)\b", line.split("apptainer exec", 1)[1]), line
     (srun,) = [line for line in lines if line.startswith("srun ")]
     argv = shlex.split(srun)
     i = argv.index("apptainer")

@@ -6,15 +6,22 @@ import pytest
 import torch
 
 from cli_helpers import run_hpctrain, tb_scalars
+from isolation import MODES, mode_for, ran_contained
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 
-def test_readme_sweep_returns_while_queued_then_completes(tmp_path):
+@pytest.fixture(params=MODES)
+def mode(request, tmp_path):
+    """Bare, or inside a container that hides Slurm from the job (issue 27): the same test either way."""
+    return mode_for(request.param, tmp_path)
+
+
+def test_readme_sweep_returns_while_queued_then_completes(tmp_path, mode):
     sweep = tmp_path / "sweep"
-    proc = run_hpctrain(["-m", "lr=1e-3,1e-4", "max_steps=60", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}"],
-                        cwd=tmp_path, timeout=60)
+    proc = run_hpctrain(["-m", "lr=1e-3,1e-4", "max_steps=60", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}",
+                         *mode.args], cwd=tmp_path, timeout=60, env=mode.env)
     job = job_id(sweep)
     try:
         # submit and return: the array is still in the queue when the command has exited
@@ -27,6 +34,7 @@ def test_readme_sweep_returns_while_queued_then_completes(tmp_path):
             assert tb_scalars(d, "train/loss")
             assert metrics(d)["step"] == 60
         wait_for(lambda: not queued(job), 30, "the array to leave the queue")
+        assert ran_contained(tmp_path) == mode.contained
     finally:
         cancel(job)
 
@@ -49,11 +57,11 @@ def test_two_nodes_two_tasks_each_is_four_gloo_ranks(tmp_path):
     assert "node=0(2)" in logs and "node=1(2)" in logs
 
 
-def test_preempted_run_requeues_resumes_and_matches_uninterrupted(tmp_path):
+def test_preempted_run_requeues_resumes_and_matches_uninterrupted(tmp_path, mode):
     sweep = tmp_path / "sweep"
     args = ["-m", "+tag=preempted,uninterrupted", "max_steps=4000", "log_every=20", "eval_every=0",
-            "ckpt_every=0", "model.hidden=64", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}"]
-    run_hpctrain(args, cwd=tmp_path, timeout=60)
+            "ckpt_every=0", "model.hidden=64", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}", *mode.args]
+    run_hpctrain(args, cwd=tmp_path, timeout=60, env=mode.env)
     job = job_id(sweep)
     try:
         preempted, uninterrupted = sweep / "0_+tag=preempted", sweep / "1_+tag=uninterrupted"
@@ -78,6 +86,7 @@ def test_preempted_run_requeues_resumes_and_matches_uninterrupted(tmp_path):
         # the same TensorBoard run goes on: one curve, no step logged twice
         steps = _tb_steps(preempted)
         assert steps == sorted(set(steps)) and steps[-1] == 4000
+        assert ran_contained(tmp_path) == mode.contained
     finally:
         cancel(job)
 
@@ -90,13 +99,13 @@ def _tb_steps(run_dir):
     return [e.step for e in acc.Scalars("train/loss")]
 
 
-def test_crash_is_retried_and_always_failing_run_ends_failed(tmp_path):
+def test_crash_is_retried_and_always_failing_run_ends_failed(tmp_path, mode):
     sweep, marker = tmp_path / "sweep", tmp_path / "marker"
     marker.mkdir()
     proc = run_hpctrain(["-m", "model._target_=user_models.Flaky,user_models.Boom,user_models.TinyNet",
                          f"+model.marker_dir={marker}", "max_steps=20", "hydra/launcher=slurm",
-                         "hydra.launcher.max_retries=1", "hydra.launcher.wait=true", f"hydra.sweep.dir={sweep}"],
-                        cwd=tmp_path, timeout=300, check=False)
+                         "hydra.launcher.max_retries=1", "hydra.launcher.wait=true", f"hydra.sweep.dir={sweep}",
+                         *mode.args], cwd=tmp_path, timeout=300, check=False, env=mode.env)
     assert proc.returncode != 0 and "1 of 3 run(s) failed" in proc.stderr + proc.stdout
     flaky, boom, fine = run_dirs(sweep)
     assert metrics(flaky)["status"] == "completed"
@@ -116,6 +125,7 @@ def test_crash_is_retried_and_always_failing_run_ends_failed(tmp_path):
     wait_for(lambda: set(final_states().values()) <= {"FAILED", "COMPLETED"} and len(final_states()) == 2, 60,
              "accounting to hold both jobs' ends")
     assert final_states() == {f"{job}_1": "FAILED", f"{job}_2": "COMPLETED"}
+    assert ran_contained(tmp_path) == mode.contained
 
 
 def test_preempted_two_rank_run_agrees_on_the_step_and_resumes(tmp_path):

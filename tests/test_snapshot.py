@@ -15,6 +15,7 @@ import pytest
 
 from cli_helpers import HELPERS, run_hpctrain
 from container_helpers import sandbox_image, standin_bin
+from isolation import MODES, mode_for, ran_contained
 from slurm_helpers import cancel, job_id, metrics, queued, run_dirs, wait_for
 
 MODULE = '''
@@ -89,11 +90,14 @@ def check_record(sweep: Path, repo: Path) -> dict:
 
 
 @pytest.mark.slurm
-def test_held_sweep_runs_the_code_of_submit_time_also_after_a_requeue(slurm_cluster, project, tmp_path):
+@pytest.mark.parametrize("mode_name", MODES)
+def test_held_sweep_runs_the_code_of_submit_time_also_after_a_requeue(slurm_cluster, project, tmp_path, mode_name):
+    """Bare, and inside a container that hides Slurm from the job (issue 27): the image runs the snapshot."""
+    mode = mode_for(mode_name, tmp_path)
     out, sweep = tmp_path / "out", project / "multirun" / "s1"  # the sweep dir inside the work tree
     run_hpctrain(["-m", "max_steps=20,1500", *model_args(out, delay_s=0.005), "hydra/launcher=slurm",
-                  "+hydra.launcher.additional_parameters.hold=true", f"hydra.sweep.dir={sweep}"], cwd=project,
-                 timeout=60)
+                  "+hydra.launcher.additional_parameters.hold=true", f"hydra.sweep.dir={sweep}", *mode.args],
+                 cwd=project, timeout=60, env=mode.env)
     job = job_id(sweep)
     try:
         set_version(project, "new")  # the user goes on editing while the sweep waits in the queue
@@ -112,9 +116,14 @@ def test_held_sweep_runs_the_code_of_submit_time_also_after_a_requeue(slurm_clus
         assert all(v == "old" for v, _ in seen), seen
         assert all(path == str(code) + str(project / "mynet.py") for _, path in seen), seen
         assert not (code / str(project / "multirun").lstrip("/")).exists(), "the sweep dir was copied into itself"
-        record = check_record(sweep, project)
+        if mode.contained:  # the record names the image, not this environment's distributions
+            record = json.loads((sweep / ".hpctrain" / "submission-0" / "record.json").read_text())
+            assert record["distributions"] is None and record["container_image"]
+        else:
+            record = check_record(sweep, project)
         assert record["job_ids"] == [job]
         wait_for(lambda: not queued(job), 30, "the array to leave the queue")
+        assert ran_contained(tmp_path) == mode.contained
     finally:
         cancel(job)
 

@@ -7,7 +7,7 @@ When a release moves one of these, this module is the one to change (canaries: t
 import functools
 import os
 import pickletools
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 # the module submitit's sbatch script runs on every task: ``python -u -m submitit.core._submit FOLDER``
 
@@ -50,6 +50,14 @@ def preemption_signal() -> Any:
     from submitit import JobEnvironment
 
     return JobEnvironment._usr_sig()
+
+
+def requeue_through(handler: Any, requeue: Callable[[int], None]) -> None:
+    """Make submitit's preemption handler (``handler``, as ``signal.getsignal`` returned it) requeue by calling
+    ``requeue(countdown)`` instead of running ``scontrol requeue`` itself (its job environment's ``_requeue``)."""
+    env = getattr(getattr(handler, "__self__", None), "env", None)  # submitit's SignalHandler and its environment
+    if env is not None:
+        env._requeue = requeue
 
 
 def checkpoint_for_requeue(handler: Any) -> None:

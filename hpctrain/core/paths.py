@@ -27,6 +27,7 @@ PREVIOUS_CKPT = "previous.pt"
 HYDRA_DIR = ".hydra"
 SWEEP_MANIFEST = "sweep.json"  # written by the launcher into the sweep dir
 SUBMITIT_DIR = ".submitit"
+HOST_DIR = os.path.join(HPCTRAIN_DIR, "host")  # in the sweep dir: per Slurm job, its host side's requests
 MULTIRUN_YAML = "multirun.yaml"  # Hydra's own record of a multirun, in the sweep dir
 SUBMISSION = "submission-"  # a submission's files under the sweep's .hpctrain: submission-N, .pkl, .runs.json
 

@@ -138,6 +138,9 @@ class Event:
         return read_json(self.path) or {}
 
 
+# the error a failed requeue is recorded with (hpctrain.job.preemption.RequeueFailed, job.attempt_ended): that
+# attempt's ``requeued`` never happened, so it neither ranks above the failure nor counts as a requeue
+REQUEUE_FAILED = "the requeue failed"
 _BOUNDARY = frozenset({EventKind.RETRYING, EventKind.REQUEUED})  # untagged records: these end an attempt
 # final for the whole submission, strongest first: nothing after them undoes them
 _FINAL_EVENTS = [(EventKind.COMPLETED, State.COMPLETED), (EventKind.PRUNED, State.PRUNED),
@@ -239,7 +242,8 @@ def fold(all_events: List[Event]) -> RunState:
     out.starts = len(starts)
     out.attempts = max((a for a, _ in starts), default=0)
     out.retries = len({a for a, e in current if e.kind is EventKind.RETRYING})
-    out.requeues = len({a for a, e in current if e.kind is EventKind.REQUEUED})
+    unrequeued = _requeue_failed(current)
+    out.requeues = len({a for a, e in current if e.kind is EventKind.REQUEUED} - unrequeued)
     out.units = len({a for a, e in current if e.kind is EventKind.PAUSED and a < out.attempts})
     if starts:
         out.started_at = min(e.time_ns for _, e in starts) / 1e9
@@ -252,12 +256,20 @@ def fold(all_events: List[Event]) -> RunState:
         return out
     last = max((a for a, e in current if e.kind is not EventKind.SUBMITTED), default=None)
     attempt = [e for a, e in current if a == last and e.kind is not EventKind.SUBMITTED] if last is not None else []
-    kinds = {e.kind for e in attempt}
+    kinds = {e.kind for e in attempt} - ({EventKind.REQUEUED} if last in unrequeued else set())
     out.state = next((s for k, s in _PRECEDENCE if k in kinds), State.QUEUED)
     if out.state in FAILURES:
         out.error, out.failed_rank = _cause([e for e in attempt if e.kind in (EventKind.FAILED, EventKind.TIMEOUT)])
         out.ended_at = max(e.time_ns for e in attempt if e.kind is not EventKind.STARTED) / 1e9
     return out
+
+
+def _requeue_failed(current: List[Tuple[int, Event]]) -> set:
+    """The attempts whose requeue failed: a ``failed`` saying so beside their ``requeued`` (files opened only
+    for attempts that hold both, which is rare)."""
+    both = {a for a, e in current if e.kind is EventKind.REQUEUED} & {a for a, e in current if e.kind is EventKind.FAILED}
+    return {a for a, e in current if a in both and e.kind is EventKind.FAILED
+            and str(e.data().get("error") or "").find(REQUEUE_FAILED) >= 0}
 
 
 def _cause(failures: List[Event]) -> Tuple[Optional[str], Optional[int]]:

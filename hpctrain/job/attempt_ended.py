@@ -8,20 +8,22 @@ of memory, node failure): it is recorded failed. A failed attempt, whichever ran
 while the budget lasts: ``retrying`` in the record, then the job is requeued (Slurm) or submitted
 again (local launcher). An attempt ends only its own: in a Slurm job, a run whose record is at another
 job's attempt (an orphan array of an interrupted submission, whose runs were submitted again) is left alone
-(:func:`owns_attempt`). No torch here.
+(:func:`owns_attempt`). The requeue is asked of the batch script's host-side helper
+(:mod:`hpctrain.slurm.host`): this step may run inside the job's container, which has no Slurm client. No torch here.
 """
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional
 
 from hpctrain.core import events, manifest, summary
-from hpctrain.core.state import EventKind, RunState, State
+from hpctrain.core.state import REQUEUE_FAILED, EventKind, RunState, State
 from hpctrain.core.errors import DiskFullError, deterministic, last_line
 from hpctrain.core.run import RunSpec
-from hpctrain.slurm import query as slurm
+from hpctrain.slurm import host
 
 
 def job_of_key(key: Optional[str]) -> Optional[str]:
@@ -135,13 +137,18 @@ def main(argv: list) -> int:
     if any(r is not None for r in retries):
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
         job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job_id else os.environ.get("SLURM_JOB_ID", "")
-        ans = slurm.requeue(job_id)
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue SIGTERMs the job, this step too
+        try:
+            ans = host.requeue()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         if ans.stdout is None:  # the retry cannot happen: the runs end failed, saying why
             for run_dir, retry in zip(run_dirs, retries):
                 if retry is not None:
-                    events.failed(run_dir, f"retry not possible: scontrol requeue {job_id} failed: {ans.error}")
+                    events.failed(run_dir, f"retry not possible: {REQUEUE_FAILED} (scontrol requeue {job_id}): "
+                                           f"{ans.error}")
                     summary.write(run_dir)
-            print(f"hpctrain: scontrol requeue {job_id} failed: {ans.error}", file=sys.stderr)
+            print(f"hpctrain: {REQUEUE_FAILED} (scontrol requeue {job_id}): {ans.error}", file=sys.stderr)
             return 1
     return 0
 

@@ -47,7 +47,8 @@ from hpctrain.core.state import FINAL, State
 from hpctrain.core.run import RunSpec
 from hpctrain.job import lifecycle
 from hpctrain.job.lifecycle import Lifecycle, Outcome
-from hpctrain.job.preemption import TERM_BY_PARENT_ENV, Term, decides_term, requeue_with, term_meaning_now
+from hpctrain.job.preemption import (END_EXIT, TERM_BY_PARENT_ENV, RequeueFailed, Term, decides_term, ended_as,
+                                     requeue_with, term_now)
 
 private_pickles()  # the result pickle this job writes (the launcher reads it) not writable by the group
 
@@ -152,7 +153,9 @@ class PackJob:
                 next_look = time.time() + CANCEL_LOOK_S
             if terms:
                 terms.clear()
-                meaning = term_meaning_now() if decides_term() and not preempted else None
+                meaning, job = term_now() if decides_term() and not preempted else (None, {})
+                if meaning is Term.END:  # a cancel, the time limit: the runs end now, not at the SIGKILL
+                    self._end_now([(spec, pid) for spec, pid in children if spec.idx not in codes], job)
                 if meaning is Term.PREEMPTION:
                     print("hpctrain pack: SIGTERM with the job still running (a preemption's grace time): "
                           "the runs checkpoint as on the preemption signal", flush=True)
@@ -185,10 +188,12 @@ class PackJob:
                     checkpoint_for_requeue(submitit_handler)
                     sys.exit(0)
                 requeue_with(submitit_handler, signum)  # submitit: checkpoint() below, scontrol requeue, exit
-            except Exception as exc:  # submitit will not requeue (max_num_timeout used up): those runs timed out
+            except Exception as exc:  # the host side could not requeue, or submitit will not (max_num_timeout used up)
                 for spec, _ in children:
                     if codes.get(spec.idx) == REQUEUE_EXIT:
-                        Lifecycle(spec.run_dir).end(Outcome.TIMED_OUT, error=str(exc))
+                        # a requeue that failed is a failure (the retry budget decides), not a time-out
+                        outcome = Outcome.FAILED if isinstance(exc, RequeueFailed) else Outcome.TIMED_OUT
+                        Lifecycle(spec.run_dir).end(outcome, error=str(exc))
                 raise
         signal.signal(signum, submitit_handler)
         signal.signal(signal.SIGTERM, term_handler)
@@ -197,6 +202,28 @@ class PackJob:
             raise RuntimeError(f"{len(bad)} of {len(children)} packed run(s) failed (exit codes {bad}); "
                                f"their metrics.json hold the errors")
         return states
+
+    @staticmethod
+    def _end_now(running: List[Tuple[RunSpec, int]], job: Dict[str, str]) -> None:
+        """The job ends (a SIGTERM that is no preemption): its running runs stop at once, each recorded as
+        Slurm said the job ended (cancelled, timeout) where it said; never returns."""
+        from hpctrain.core import events, summary
+
+        end = ended_as(job)
+        print(f"hpctrain pack: SIGTERM ends the job ({end or 'Slurm did not say why'}): stopping "
+              f"{len(running)} run(s)", flush=True)
+        for spec, pid in running:
+            os.kill(pid, signal.SIGKILL)  # submitit's children ignore SIGTERM; nothing to keep
+            os.waitpid(pid, 0)
+            if events.read(spec.run_dir).final:  # `hpctrain cancel --run N` wrote it
+                continue
+            if end == "cancelled":
+                events.cancelled(spec.run_dir, by="Slurm (scancel)", job_id=os.environ.get("SLURM_JOB_ID"))
+            elif end == "timeout":
+                events.timed_out(spec.run_dir, "the job reached its time limit (Slurm's SIGTERM) and was not requeued")
+            if end is not None:
+                summary.write(spec.run_dir)
+        sys.exit(END_EXIT)
 
     def _cut_short(self, spec: RunSpec, pid: int, wait_s: float) -> int:
         """A run not checkpointed ``wait_s`` after the signal: killed so that the task still requeues; it

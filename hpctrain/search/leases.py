@@ -54,11 +54,12 @@ ProcessAnswer = Callable[[int, float], Liveness]  # (pid, a time it ran) -> its 
 
 def slurm_queue(job_ids: List[str]) -> Optional[Set[str]]:
     """The jobs of ``job_ids`` still in Slurm's queue; None when squeue could not answer. The one squeue
-    call of the protocol (another source of the queue's answer replaces this function)."""
+    call of the protocol, asked of the batch script's host side inside a job (the worker may run in an image
+    without Slurm): :func:`hpctrain.slurm.host.squeue`."""
+    from hpctrain.slurm import host
     from hpctrain.slurm import parse as slurm_parse
-    from hpctrain.slurm import query as slurm
 
-    queue = slurm.squeue(job_ids)
+    queue = host.squeue(job_ids)
     if queue is None:
         return None
     return {j for j in job_ids if slurm_parse.in_queue(queue, j)}

@@ -75,8 +75,13 @@ def squeue(job_ids: Iterable[Optional[str]]) -> Optional[QueueState]:
     ans = run(["squeue", "-h", "-r", "-j", ",".join(ids), "-o", "%i|%T|%r"])
     if ans.stdout is None:
         return {} if "Invalid job id" in ans.error else None
+    return queue_from(ans.stdout)
+
+
+def queue_from(stdout: str) -> QueueState:
+    """squeue's ``%i|%T|%r`` lines as :data:`QueueState` (array tasks expanded)."""
     out: QueueState = {}
-    for line in ans.stdout.splitlines():
+    for line in stdout.splitlines():
         parts = line.strip().split("|")
         if len(parts) == 3:
             for job_id in expand_array_ids(parts[0]):

@@ -73,3 +73,18 @@ def check_container(image: Optional[str], runtime: str, binds: Sequence[str]) ->
         if not Path(src).exists():
             problems.append(f"hydra.launcher.container.binds: {bind!r}: source path {src!r} does not exist")
     return problems
+
+
+# exec options that drop the host's environment: the job's tasks need Slurm's per-task SLURM_* variables (submitit
+# reads them to know its rank and job), which no APPTAINERENV_ line in the batch script can pass on
+CLEANENV = ("--cleanenv", "-e", "--containall", "-C")
+
+
+def check_args(args: Sequence[str]) -> List[str]:
+    """Refused up front: ``container.args`` that would make every task fail at its start."""
+    dropped = [a for a in args if a.split("=", 1)[0] in CLEANENV]
+    if not dropped:
+        return []
+    return [f"hydra.launcher.container.args: {', '.join(dropped)} drops the job's environment; its tasks need "
+            f"Slurm's SLURM_* variables (set per task by srun, so they cannot be passed explicitly); leave it out "
+            f"(variables for the job go in hydra.launcher.env: the image sees the job's environment)"]

@@ -32,7 +32,7 @@ from hpctrain.core.run import RunSpec
 from hpctrain.submit import provenance, rerun, snapshot
 from hpctrain.submit.checks import script_field_problems
 from hpctrain.submit.code import CodeStage
-from hpctrain.submit.container import check_container, container_command, default_binds
+from hpctrain.submit.container import check_args, check_container, container_command, default_binds
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.lock import one_submission
 from hpctrain.submit.plan import PlannedRun, constant_keys, exclude_from_names, plan_runs
@@ -280,6 +280,7 @@ class BaseLauncher(Launcher):
         problems = self.check_resources()
         c = self.params.container
         problems += check_container(c.image, c.runtime, list(c.binds))
+        problems += check_args(list(c.args)) if c.image else []
         for key in ("max_retries", "max_num_timeout", "signal_delay_s"):
             if int(self.params[key]) < 0:
                 problems.append(f"hydra.launcher.{key}={self.params[key]}: expected an integer >= 0")

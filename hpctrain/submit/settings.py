@@ -18,7 +18,7 @@ class ContainerConf:
     image: Optional[str] = None  # path to an Apptainer/Singularity image (.sif); None: no container
     runtime: str = "apptainer"  # apptainer | singularity
     binds: List[str] = field(default_factory=list)  # extra SRC[:DST[:OPTS]]; sweep dir and project always
-    args: List[str] = field(default_factory=list)  # extra `exec` options, e.g. [--cleanenv]
+    args: List[str] = field(default_factory=list)  # extra `exec` options, e.g. [--writable-tmpfs]; not --cleanenv
     python: str = "python"  # the interpreter inside the image
 
 

@@ -30,7 +30,9 @@ from hpctrain.submit.launcher import BaseLauncher, JobIds, PlannedRun
 from hpctrain.submit.progress import Progress
 from hpctrain.submit.results import print_next_commands
 from hpctrain.submit.submission import Array, Submission
+from hpctrain.core.paths import HOST_DIR
 from hpctrain.slurm import parse as slurm_parse
+from hpctrain.slurm.host import HOST_DIR_ENV
 from hpctrain.slurm import query as slurm
 
 # hpctrain/submitit generic name -> submitit SlurmExecutor (sbatch) parameter
@@ -59,6 +61,42 @@ GPU_OPTIONS = ("gpus", "gpus_per_node", "gpus_per_task", "gpus_per_socket")
 # `scancel --signal=USR2 --full` also reaches the batch shell, whose default action is to die; a
 # trap keeps it alive so that submitit's requeue from the job step completes.
 USR2_TRAP = "trap 'echo hpctrain: batch shell got USR2, the job step checkpoints and requeues' USR2"
+
+# The job's Slurm calls, made here on the host (hpctrain.slurm.host): the job step may run in an image with no
+# Slurm client. A loop beside srun answers each request file of its host dir every 0.5 s; TERM and USR2 ignored
+# (a subshell keeps none of the batch shell's traps), so that it answers through a preemption's grace time, a
+# requeue's own SIGTERM and `scancel --signal=USR2 --full`; it ends with the batch shell (its dir, a heartbeat
+# file, is emptied when the job starts again).
+# Slurm's requeue, a cancel and the time limit SIGTERM the batch shell too: it lives on (the trap runs once srun
+# has ended) so that its helper can still answer the job step; the teardown is skipped then, as when it died.
+TERM_TRAP = "trap 'hpctrain_term=1; echo hpctrain: batch shell got TERM: the job ends or Slurm requeued it' TERM"
+HOST_ANSWER = (
+    "hpctrain_answer() { case \"$1\" in show) scontrol show job -o \"$SLURM_JOB_ID\";; "
+    "requeue) scontrol requeue \"$SLURM_JOB_ID\";; "
+    "\"squeue \"[0-9]*) case \"${1#squeue }\" in *[!0-9,]*) echo \"bad job ids\"; return 2;; esac; "
+    "squeue -h -r -j \"${1#squeue }\" -o '%i|%T|%r';; "
+    "*) echo \"unknown request: $1\"; return 2;; esac; }"
+)
+HOST_LOOP = (
+    "(trap '' TERM USR2; while kill -0 $$ 2>/dev/null; do touch \"$hpctrain_host/alive\"; "
+    "for q in \"$hpctrain_host\"/*.ask; do [ -e \"$q\" ] || continue; "
+    "r=$(head -c 400 \"$q\"); rm -f \"$q\"; { hpctrain_answer \"$r\" 2>&1; echo \"rc=$?\"; } >\"${q%.ask}.part\"; "
+    "mv -f \"${q%.ask}.part\" \"${q%.ask}.answer\"; done; sleep 0.5; done) &"
+)
+
+
+def host_lines(sweep_dir: Path) -> List[str]:
+    """The batch script's host-side helper: its dir (per job, emptied at each attempt's start), the
+    variable that tells the job step where it is (also inside a container), its answers and its loop."""
+    where = shlex.quote(str(Path(sweep_dir) / HOST_DIR)) + '/"$SLURM_JOB_ID"'
+    return [
+        TERM_TRAP,
+        f"hpctrain_host={where}",
+        'rm -rf "$hpctrain_host"; mkdir -p "$hpctrain_host" || echo "hpctrain: cannot create $hpctrain_host" >&2',
+        f'export {HOST_DIR_ENV}="$hpctrain_host" APPTAINERENV_{HOST_DIR_ENV}="$hpctrain_host"',
+        HOST_ANSWER,
+        HOST_LOOP,
+    ]
 
 
 class SlurmLauncher(BaseLauncher):
@@ -101,15 +139,17 @@ class SlurmLauncher(BaseLauncher):
         index = f"$(( ${{SLURM_ARRAY_TASK_ID:-0}} + {offset} ))" if offset else "${SLURM_ARRAY_TASK_ID:-0}"
         return [
             "hpctrain_rc=$?",  # srun's exit status: must be the first line after the srun line
-            f"{python} -m hpctrain.job.attempt_ended {shlex.quote(str(runs_file))} "
+            f'[ -n "${{hpctrain_term:-}}" ] || {python} -m hpctrain.job.attempt_ended {shlex.quote(str(runs_file))} '
             f'"{index}" "$hpctrain_rc" {int(self.params.max_retries)} '
             '|| echo "hpctrain: recording how the attempt ended failed (exit code $?)" >&2',
             'exit "$hpctrain_rc"',  # the job ends as its step did: sacct, --mail-type=FAIL and afterok see a failure
         ]
 
-    def array_parameters(self, python: str, runs_file: Path, chunk: arrays.Chunk) -> Dict[str, Any]:
-        """sbatch parameters of one array of the sweep (its offset in the teardown)."""
+    def array_parameters(self, python: str, runs_file: Path, chunk: arrays.Chunk,
+                         sweep_dir: Optional[Path] = None) -> Dict[str, Any]:
+        """sbatch parameters of one array of the sweep (its offset in the teardown), with the host-side helper."""
         params = self.sbatch_parameters(python)
+        params["setup"] = params["setup"][:1] + host_lines(sweep_dir or runs_file.parent.parent) + params["setup"][1:]
         params["teardown"] = self.teardown_lines(python, runs_file, chunk.offset)
         return params
 
@@ -130,7 +170,7 @@ class SlurmLauncher(BaseLauncher):
         executor = dict(submission.executor, python=submission.python)
         out = []
         for i, chunk in enumerate(chunks):
-            params = self.array_parameters(submission.python, submission.files.runs, chunk)
+            params = self.array_parameters(submission.python, submission.files.runs, chunk, submission.sweep_dir)
             shown = after(params, f"<job id of array {i}>") if i else params
             head = f"# array {i + 1} of {len(chunks)}: tasks {chunk.offset}..{chunk.offset + chunk.size - 1}\n"
             out.append(Array(chunk.offset, chunk.size, params, sbatch_script(executor, shown, chunk.size),
