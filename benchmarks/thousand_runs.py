@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from hpctrain.core.state import RunState, State
 from hpctrain.core import events
 
 
@@ -29,11 +30,11 @@ def count(sweep: Path, points: int) -> dict:
     for idx in range(points):
         spec = manifest["runs"].get(str(idx))
         run_dir = sweep / spec["run_dir"] if spec else None
-        rs = events.read(run_dir) if run_dir and run_dir.is_dir() else events.RunState(None)
+        rs = events.read(run_dir) if run_dir and run_dir.is_dir() else RunState(None)
         summary = json.loads((run_dir / "metrics.json").read_text()) if run_dir and (run_dir / "metrics.json").exists() else {}
         state = str(rs.state)
         out["states"][state] = out["states"].get(state, 0) + 1
-        if rs.state == events.State.COMPLETED and summary.get("status") == "completed":
+        if rs.state == State.COMPLETED and summary.get("status") == "completed":
             out["completed"] += 1
         else:
             out["lost"] += 1

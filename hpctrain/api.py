@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from hpctrain.core.paths import SweepPaths
 from hpctrain.review.reader import Curve, PathLike, Sweep, load, read
 from hpctrain.review.runs import Run
 from hpctrain.review.sweep import SweepError
@@ -53,7 +54,7 @@ def launch(overrides: Sequence[str], launcher: Optional[str] = None, sweep_dir: 
     try:
         return _launch(overrides, launcher, target, app, where)
     except SweepError:
-        if not existed and not (target / "sweep.json").exists():
+        if not existed and not SweepPaths(target).manifest.exists():
             _remove_new(target, where)  # a refused sweep leaves no dir: defaults keep pointing at the last real one
         raise
 
@@ -76,12 +77,12 @@ def _launch(overrides: Sequence[str], launcher: Optional[str], target: Path, app
     if launcher:
         argv.append(f"hydra/launcher={launcher}")
     if launcher == "local" or (launcher is None and not _has_sbatch()):
-        log_path = target / ".hpctrain" / "launch.log"  # the launcher's own output
+        log_path = SweepPaths(target).launch_log  # the launcher's own output
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "w") as log:
             proc = subprocess.Popen(argv, cwd=where, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
-        while not (target / "sweep.json").exists():  # planned and checked: the manifest is written first
+        while not SweepPaths(target).manifest.exists():  # planned and checked: the manifest is written first
             if proc.poll() is not None:
                 raise SweepError(_first_error(log_path.read_text(), argv))
             if time.monotonic() > deadline:

@@ -11,6 +11,7 @@ from typing import List, Optional
 
 import pytest
 
+from hpctrain.core.state import State
 from hpctrain.core import events, manifest
 from hpctrain.core.run import RunSpec
 
@@ -62,7 +63,7 @@ def test_a_teardown_leaves_a_run_another_job_is_running_alone(tmp_path, monkeypa
     orphan = teardown(runs, "900", 1, max_retries=2)
     assert orphan.returncode == 0, orphan.stderr
     assert "another job's attempt" in orphan.stderr
-    assert kinds(run_dir) == ["submitted", "started"] and events.read(run_dir).state is events.State.RUNNING
+    assert kinds(run_dir) == ["submitted", "started"] and events.read(run_dir).state is State.RUNNING
     own = teardown(runs, "901", 1, max_retries=0)  # its own job's teardown still records the silent death
     assert own.returncode == 0, own.stderr
     assert kinds(run_dir) == ["submitted", "started", "failed"]

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from cli_helpers import run_hpctrain
+from hpctrain.core.state import State
 from hpctrain.core import events
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 
@@ -67,7 +68,7 @@ def test_a_crash_of_rank_1_alone_takes_the_job_down_and_is_retried(tmp_path):
     assert kinds[:2] == ["submitted", "started"] and kinds.count("started") == 2, kinds
     assert kinds.count("retrying") == 1 and kinds[-1] == "failed", kinds
     state = events.read(run_dir)
-    assert state.state is events.State.FAILED and state.retries == 1 and state.failed_rank == 1
+    assert state.state is State.FAILED and state.retries == 1 and state.failed_rank == 1
     summary = metrics(run_dir)
     assert summary["status"] == "failed" and "RankOneFails: rank 1 is out" in summary["error"]
     assert summary["failed_rank"] == 1 and summary["restarts"] == 1

@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from cli_helpers import hpctrain_env, run_hpctrain
+from hpctrain.core.state import State
 from hpctrain.slurm import parse as slurm_parse, query as slurm
 from hpctrain.job import pack
 from hpctrain.submit import arrays
@@ -230,6 +231,6 @@ def test_a_retry_attempt_that_dies_before_its_run_starts_ends_failed(tmp_path):
     events.started(run, job_id="1_0")
     events.failed(run, "RuntimeError: first attempt", rank=0)
     assert attempt_ended(run, 1, max_retries=1) == 1  # retried once
-    assert events.read(run).state == events.State.RETRYING
+    assert events.read(run).state == State.RETRYING
     assert attempt_ended(run, 1, max_retries=1) is None  # the retry died without starting: budget used
-    assert events.read(run).state == events.State.FAILED
+    assert events.read(run).state == State.FAILED

@@ -52,8 +52,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 from hpctrain.core.errors import deterministic, disk_full
 from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import HPCTRAIN_DIR, METRICS, RECORD_DIR, RunPaths
-# the vocabulary lives in state.py; these names stay importable from here for call sites not moved yet
-from hpctrain.core.state import ACTIVE, FINAL, Event, EventKind, RunState, State, fold, placed  # noqa: F401
+from hpctrain.core.state import Event, EventKind, RunState, State, fold, placed
 
 PathLike = Union[str, Path]
 

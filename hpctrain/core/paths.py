@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
-# the writers' own module; these names stay importable from here for call sites not moved yet
-from hpctrain.core.atomic import read_json, write_bytes_atomic, write_json_atomic, write_text_atomic  # noqa: F401
+from hpctrain.core.atomic import read_json
 
 PathLike = Union[str, Path]
 
@@ -136,6 +135,10 @@ class SweepPaths:
         except OSError:
             return []
         return sorted({int(m.group(1)) for n in names if (m := pattern.match(n))})
+
+    def worker_placeholder(self, index: int) -> Path:
+        """A search worker's placeholder run dir (its record, when it died before running a trial)."""
+        return self.workers / f"worker-{index}"
 
     @property
     def study_journal(self) -> Path:

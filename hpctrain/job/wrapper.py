@@ -24,7 +24,7 @@ from hydra.core.utils import JobReturn, run_job
 from omegaconf import open_dict
 
 from hpctrain._compat.submitit import private_pickles
-from hpctrain.core import paths as runfiles
+from hpctrain.core.atomic import write_bytes_atomic
 from hpctrain.core import safefs, summary
 from hpctrain.core.errors import DiskFullError
 from hpctrain.core.run import RunSpec
@@ -37,7 +37,7 @@ SAMPLE_EVERY_S = float(os.environ.get("HPCTRAIN_SAMPLE_EVERY_S", "5"))  # utilis
 
 
 def save_payload(path: Path, hydra_context: Any, task_function: Any, config: Any) -> None:
-    runfiles.write_bytes_atomic(path, cloudpickle.dumps((hydra_context, task_function, config, Singleton.get_state())),
+    write_bytes_atomic(path, cloudpickle.dumps((hydra_context, task_function, config, Singleton.get_state())),
                                 safefs.exec_file_mode())  # unpickled by every task: writable by the user alone
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hpctrain.core import safefs
+from hpctrain.core.paths import SweepPaths
 from hpctrain.core.state import EventKind, RunState
 from hpctrain.slurm.parse import Usage
 
@@ -40,7 +41,7 @@ def allocation(sweep_dir: Path) -> Allocation:
     import yaml
 
     try:
-        with open(safefs.open_read(Path(sweep_dir) / "multirun.yaml")) as f:  # a planted link is not followed
+        with open(safefs.open_read(SweepPaths(sweep_dir).multirun_yaml)) as f:  # a planted link is not followed
             launcher = ((yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {})
                         .get("hydra", {}).get("launcher", {})) or {}
     except (OSError, ValueError, yaml.YAMLError, AttributeError):  # ValueError: not UTF-8

@@ -330,7 +330,7 @@ def dead_workers(sweep: SweepListing, judge: _Judge) -> List[str]:
         return []  # trials ended: the workers did their work (a search that finished)
     lines = []
     for i, job_id in enumerate(sweep.worker_job_ids):
-        placeholder = SweepPaths(sweep.dir).workers / f"worker-{i}"
+        placeholder = SweepPaths(sweep.dir).worker_placeholder(i)
         error = events.read(placeholder).error if placeholder.is_dir() else None
         if not error:
             tail = jobs.tail_lines(jobs.log_path(sweep.submitit_folder, job_id, "err"), 10)

@@ -29,12 +29,11 @@ from typing import Dict, List, Optional
 from urllib.parse import quote
 
 from hpctrain.core import summary
-from hpctrain.core.paths import RunPaths
+from hpctrain.core.paths import RunPaths, SweepPaths
 from hpctrain.review import fmt
 from hpctrain.review.sweep import SweepListing, load_sweep
 from hpctrain.review.token_gate import BOUND, SESSION_STDIN
 
-LINKS = Path(".hpctrain") / "tensorboard"
 START_TIMEOUT_S = 90.0
 
 
@@ -55,7 +54,7 @@ def make_links(sweep: SweepListing) -> Path:
     """The folder TensorBoard reads: one symlink per run; in the sweep dir, else (read-only) a temp dir."""
     names = run_names(sweep)
     try:
-        folder = sweep.dir / LINKS
+        folder = SweepPaths(sweep.dir).tensorboard_links
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)

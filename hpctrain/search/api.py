@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from hpctrain.core.atomic import read_json, write_json_atomic
+from hpctrain.core.paths import CKPT_DIR
 from hpctrain.search import bridge
 
-STATE_DIR = "checkpoints"
+STATE_DIR = CKPT_DIR
 STATE_FILE = "state.json"
 
 

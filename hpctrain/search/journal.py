@@ -31,6 +31,7 @@ from optuna.storages.journal import JournalFileOpenLock
 
 from hpctrain._compat.optuna import lock_file
 from hpctrain.core.atomic import read_json
+from hpctrain.core.paths import SWEEP_MANIFEST
 
 TORN_SUFFIX = ".torn"
 LOG_START = b'{"op_code":'  # how Optuna writes every log (json.dumps, compact separators)
@@ -161,7 +162,7 @@ def _study_line(path: str, kept: List[bytes], fragments: List[bytes]) -> Optiona
     torn = b"".join(fragments)
     direction = next((code for name, code in DIRECTIONS.items() if b'"directions":[%d' % code in torn), None)
     if direction is None:  # the sweep's own record of its search (sweep.json beside .hpctrain)
-        search = (read_json(os.path.join(os.path.dirname(os.path.dirname(path)), "sweep.json")) or {}).get("search")
+        search = (read_json(os.path.join(os.path.dirname(os.path.dirname(path)), SWEEP_MANIFEST)) or {}).get("search")
         direction = DIRECTIONS.get(str((search or {}).get("direction") or "minimize"), 1)
     named = re.search(rb'"study_name":("(?:[^"\\]|\\.)*")', torn)
     log = {"op_code": CREATE_STUDY, "worker_id": "hpctrain-repair",

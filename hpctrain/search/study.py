@@ -42,10 +42,6 @@ SAMPLER_NEEDS = {"cmaes": ("cmaes",), "gp": ("scipy", "torch")}
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def search_dir(sweep_dir: "str | Path") -> Path:
-    return SweepPaths(sweep_dir).hpctrain
-
-
 def journal_path(sweep_dir: "str | Path") -> str:
     return str(SweepPaths(sweep_dir).study_journal)
 

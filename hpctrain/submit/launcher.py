@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hpctrain.core import events, liveness, manifest, redact
 from hpctrain.core.liveness import Liveness
-from hpctrain.core import paths as runfiles
+from hpctrain.core.atomic import write_text_atomic
 from hpctrain.core.app_contract import contract_of
 from hpctrain.core.run import RunSpec
 from hpctrain.submit import provenance, rerun, snapshot
@@ -157,7 +157,7 @@ class BaseLauncher(Launcher):
                               f"{getattr(self.task_function, '__qualname__', self.task_function)}, its globals "
                               f"or the config): {type(exc).__name__}: {exc}") from exc
         # the C encoder (no indent): the job script reads this list; Python's indenting encoder took ~0.1 ms a run
-        runfiles.write_text_atomic(submission.files.runs, json.dumps(submission.runs_json(), sort_keys=True, default=str))
+        write_text_atomic(submission.files.runs, json.dumps(submission.runs_json(), sort_keys=True, default=str))
 
     # ------------------------------------------------------------------ the flow
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:

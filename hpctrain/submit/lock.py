@@ -18,7 +18,7 @@ from typing import Iterator
 
 from hpctrain._compat.submitit import private_pickles
 from hpctrain.core import safefs
-from hpctrain.core.paths import SUBMITIT_DIR
+from hpctrain.core.paths import SUBMITIT_DIR, SweepPaths
 from hpctrain.submit.errors import LaunchError
 
 PID_WIDTH = 20  # wider than any pid
@@ -26,7 +26,7 @@ WAIT_S = float(os.environ.get("HPCTRAIN_SUBMIT_WAIT_S", "120"))
 
 
 def lock_path(sweep_dir: Path) -> Path:
-    return Path(sweep_dir) / ".hpctrain" / "submit.lock"
+    return SweepPaths(sweep_dir).submit_lock
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hpctrain.core import manifest
 from hpctrain.core.app_contract import contract_of
+from hpctrain.core.paths import SweepPaths
 from hpctrain.core.state import Direction
 from hpctrain.core.run import RunSpec
 from hpctrain.submit.backends.local import LocalLauncher
@@ -93,8 +94,7 @@ class SearchSweeper(Sweeper):
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
         assert sample is not None
-        workers = studies.search_dir(sweep_dir) / "workers"
-        runs = [make_spec(i, space.fixed, workers / f"worker-{i}") for i in range(settings.n_workers)]
+        runs = [make_spec(i, space.fixed, SweepPaths(sweep_dir).worker_placeholder(i)) for i in range(settings.n_workers)]
         if launcher.params.dry_run:
             print(launcher.describe(runs, sweep_dir, calling=Calling.POSITIONAL).scripts())
             print(f"search: {settings.n_trials} trials, {len(runs)} worker(s), sampler={settings.sampler}, "
@@ -105,7 +105,7 @@ class SearchSweeper(Sweeper):
             return None
 
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        OmegaConf.save(self.config, SweepPaths(sweep_dir).multirun_yaml)
         study = studies.open_study(sweep_dir, settings)
         left = studies.work_left(study, settings)
         if left == 0:

@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from hpctrain.core.paths import HPCTRAIN_DIR, HYDRA_DIR, MULTIRUN_YAML, SUBMITIT_DIR
+
 KEYS = ("enabled", "paths", "max_mb")
 SKIP_NAMES = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ipynb_checkpoints"}
-OUTPUT_MARKERS = {".hydra", ".submitit", ".hpctrain"}  # a directory holding one is a run's or sweep's output
+OUTPUT_MARKERS = {HYDRA_DIR, SUBMITIT_DIR, HPCTRAIN_DIR}  # a directory holding one is a run's or sweep's output
 MB = 1024 * 1024
 BIGGEST = 5  # files named when the size cap is exceeded
 # secret files by name: left out of the copy (a copy lands in the sweep dir, read by the group); one named
@@ -158,7 +160,7 @@ def _keep(names: Sequence[str]) -> Tuple[List[str], List[str]]:
     dropped: Set[str] = set()
     for name in names:
         parts = name.split("/")
-        if parts[-1] in ("pyvenv.cfg", "multirun.yaml"):
+        if parts[-1] in ("pyvenv.cfg", MULTIRUN_YAML):
             dropped.add("/".join(parts[:-1]) or ".")
         elif len(parts) > 1 and parts[-2] == "conda-meta":
             dropped.add("/".join(parts[:-2]) or ".")

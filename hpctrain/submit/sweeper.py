@@ -21,6 +21,7 @@ from hydra.core.override_parser.types import ChoiceSweep, Override, RangeSweep
 
 from hpctrain._compat.hydra import BasicSweeper
 from hpctrain.core.atomic import write_bytes_atomic
+from hpctrain.core.paths import SweepPaths
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.launcher import BaseLauncher, implementation_of
 
@@ -61,7 +62,7 @@ def scrubbed_on_refusal(sweep_dir: Path) -> Iterator[None]:
     while not absent.parent.exists() and absent.parent != absent:
         absent = absent.parent
     made = None if absent.exists() else absent  # the top dir the sweeper makes
-    multirun = sweep_dir / "multirun.yaml"
+    multirun = SweepPaths(sweep_dir).multirun_yaml
     try:
         before: Optional[bytes] = multirun.read_bytes()
     except OSError:

@@ -7,7 +7,7 @@ the preemption guard in hpctrain.job.preemption, and hpctrain.app hands them to 
 
 from typing import Mapping, Optional, Protocol
 
-from hpctrain.core.events import State
+from hpctrain.core.state import State
 
 
 class TrainerHook(Protocol):

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from hpctrain.core import paths as runfiles
-from hpctrain.core.events import State
+from hpctrain.core.atomic import read_json
+from hpctrain.core.state import State
 from hpctrain.review import fmt, jobs
 from hpctrain.review import reader
 from hpctrain.review.sweep import SweepError, load_sweep
@@ -72,7 +73,7 @@ def _latest(run_dir: Any, metric: str) -> Tuple[Any, Optional[int]]:
 
 def _parent(run_dir: Any) -> Optional[int]:
     """A PBT trial's newest parent (the trial whose weights it took at its last exploit), from its lineage."""
-    found = (runfiles.read_json(os.path.join(run_dir, runfiles.METRICS)) or {}).get("lineage") if run_dir else None
+    found = (read_json(os.path.join(run_dir, runfiles.METRICS)) or {}).get("lineage") if run_dir else None
     parents = [e.get("parent") for e in found if isinstance(e, dict)] if isinstance(found, list) else []
     parents = [p for p in parents if isinstance(p, int)]
     return parents[-1] if parents else None
@@ -82,7 +83,7 @@ def _torn_metrics(run_dir: Any) -> bool:
     if not run_dir:
         return False
     path = os.path.join(run_dir, runfiles.METRICS)
-    return os.path.exists(path) and runfiles.read_json(path) is None
+    return os.path.exists(path) and read_json(path) is None
 
 
 def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
