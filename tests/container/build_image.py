@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEF_FILE = ROOT / "Singularity.def"
 STANDIN = Path(__file__).resolve().parent / "apptainer"
 CACHE = Path(os.environ.get("HPCTRAIN_TEST_IMAGE_CACHE", "/var/cache/hpctrain-test-image"))
+KEEP_S = 6 * 3600  # an older image than this is removed when another is built
 SUITE = "bookworm"
 # python3-dev: the PyTorch image's Python has its headers, which Inductor on CPU compiles against (Python.h)
 DEBIAN_PACKAGES = "python3,python3-venv,python3-dev,ca-certificates"
@@ -214,8 +215,9 @@ def ensure() -> Path:
         if not debian.is_dir():
             build_debian(debian)
         build_image(debian, image)
-        for old in CACHE.iterdir():  # one image and one Debian tree kept: the disk is not grown run by run
-            if old.is_dir() and old not in (image, debian):
+        for old in CACHE.iterdir():  # the disk is not grown run by run; an image another checkout's tests
+            # may still run (built within KEEP_S) is left alone: removing it took /usr/bin/env from under a job
+            if old.is_dir() and old not in (image, debian) and time.time() - old.stat().st_mtime > KEEP_S:
                 shutil.rmtree(old, ignore_errors=True)
     return image
 

@@ -81,7 +81,7 @@ HOST_LOOP = (
     "(trap '' TERM USR2; while kill -0 $$ 2>/dev/null; do touch \"$hpctrain_host/alive\"; "
     "for q in \"$hpctrain_host\"/*.ask; do [ -e \"$q\" ] || continue; "
     "r=$(head -c 400 \"$q\"); rm -f \"$q\"; { hpctrain_answer \"$r\" 2>&1; echo \"rc=$?\"; } >\"${q%.ask}.part\"; "
-    "mv -f \"${q%.ask}.part\" \"${q%.ask}.answer\"; done; sleep 0.5; done) &"
+    "mv -f \"${q%.ask}.part\" \"${q%.ask}.answer\"; done; sleep 0.5; done) </dev/null >/dev/null 2>&1 &"
 )
 
 
