@@ -17,6 +17,7 @@ from hpctrain.core.state import FAILURES, Direction, State
 from hpctrain.submit import provenance
 from hpctrain.review import cost as costs
 from hpctrain.review import fmt, lineage, plots
+from hpctrain.review import hardware as ran_on
 from hpctrain.review import search as search_review
 from hpctrain.review.plots import Curve, read_scalars
 from hpctrain.review.ranking import (
@@ -138,7 +139,10 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     _table(ranking, swept, con)
     con.print(counts_line(sweep), soft_wrap=True)
     cost_lines = cost_section(sweep)
-    for line in cost_lines + [f"warning: {p}" for p in sweep.problems]:
+    ranked = [x.record for x in ranking.runs]
+    mixed = ran_on.mixed_warning(ranked)
+    hardware_lines = ran_on.lines(ranked) + ([f"warning: {mixed}"] if mixed else [])
+    for line in cost_lines + hardware_lines + [f"warning: {p}" for p in sweep.problems]:
         con.print(line, soft_wrap=True, markup=False, highlight=False)
     if ranking.best:
         b = ranking.best
@@ -186,7 +190,8 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
                  "json": json.dumps(json_data(ranking, sweep_dir, sweep.counts(), command, images), indent=1,
                                     sort_keys=True, default=str)}
         cost_md = "\n## Cost\n\n" + "\n".join(f"- {line}" for line in cost_lines) + "\n" if cost_lines else ""
-        texts["md"] = markdown(ranking, sweep_dir, swept, sweep.counts(), command, images) + cost_md
+        hardware_md = "\n## Hardware\n\n" + "\n".join(f"- {line}" for line in hardware_lines) + "\n" if hardware_lines else ""
+        texts["md"] = markdown(ranking, sweep_dir, swept, sweep.counts(), command, images) + cost_md + hardware_md
         for name, key in zip(names, ("md", "csv", "json")):
             write_text_atomic(sweep_dir / name, texts[key])
     except OSError as exc:
