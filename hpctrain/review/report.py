@@ -127,6 +127,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     ranking = rank(records, metric, wanted or default_mode(metric, records), last)
     command = reproduce_command(ranking.best.record, manifest.app if manifest else None) if ranking.best else None
     pbt_lines, replay, pbt_images = lineage.section(ranking, records, manifest.app if manifest else None, sweep_dir)
+    pbt_said = lineage.params_said(ranking, records)  # which params: the launch summary says the same
     command = replay or command  # a PBT trial reproduces by its schedule replayed as one run, not its start values
     code: List[str] = []  # the commit(s) the best run's code came from; its command reruns that code
     if ranking.best and command:
@@ -150,6 +151,8 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
         con.print(f"\n[bold green]best:[/] #{b.record.idx} {escape(label)}  {escape(metric)} = {fmt.number(b.value)}"
                   f" ({'objective, ' if is_objective else ''}{ranking.mode})"
                   f"{'  (' + ranking.best_note + ')' if ranking.best_note else ''}", soft_wrap=True)
+        if pbt_said:
+            con.print(f"  PBT: {pbt_said}", soft_wrap=True, markup=False, highlight=False)
         con.print(Text.assemble(("reproduce: ", "bold"), command or ""), soft_wrap=True)
         for line in code:
             con.print(Text.assemble(("code: ", "bold"), line), soft_wrap=True)
