@@ -11,16 +11,18 @@ from hpctrain.submit.progress import Progress
 ASHA = {"scheduler": "asha", "min_steps": 20, "eta": 3, "max_steps": 540, "n_trials": 27}
 
 
-def test_an_asha_trial_is_expected_to_train_each_rung_times_the_share_promoted_to_it():
-    from hpctrain.search import eta
+def test_asha_steps_left_rung_by_rung_with_the_share_promoted_as_measured():
+    from hpctrain.search.eta import Trial, steps_left
 
-    # rungs 20, 60, 180, 540: 20 + 40/3 + 120/9 + 360/27 = 60 steps a trial on average
-    assert abs(eta.expected_left(0, ASHA) - 60.0) < 1e-9
-    assert abs(eta.expected_left(20, ASHA, paused=True) - (40 / 3 + 120 / 9 + 360 / 27)) < 1e-9  # if promoted
-    assert abs(eta.expected_left(20, ASHA) - (40 + 120 / 3 + 360 / 9)) < 1e-9  # promoted: running to rung 60
-    assert abs(eta.expected_left(30, ASHA) - (30 + 120 / 3 + 360 / 9)) < 1e-9  # running to rung 60
-    assert eta.expected_left(540, ASHA) == 0
-    assert eta.expected_left(100, {"scheduler": "pbt", "max_steps": 540}) == 440  # PBT: every trial to the end
+    # nothing known yet: 27 trials to rung 20, 27/3 to 60, 27/9 to 180, 27/27 to 540
+    assert abs(steps_left([], 27, ASHA) - (27 * 20 + 9 * 40 + 3 * 120 + 1 * 360)) < 1e-9
+    # 6 at rung 20, of which 4 went on (measured 4/6 > 1/3): two running to 60 (at 30 and 40), two paused there
+    trials = [Trial(20, False, True), Trial(20, True), Trial(30, False), Trial(40, False), Trial(60, False, True),
+              Trial(60, False, True)]
+    at_60 = 27 * 4 / 6  # 18 expected to reach rung 60
+    want = (27 - 6) * 20 + (at_60 - 2) * 40 - (10 + 20) + (at_60 / 3) * 120 + (at_60 / 9) * 360
+    assert abs(steps_left(trials, 27, ASHA) - want) < 1e-9
+    assert steps_left([Trial(100, False), Trial(540, True)], 3, {"scheduler": "pbt", "max_steps": 540}) == 440 + 540
 
 
 def test_a_search_progress_eta_is_the_steps_left_at_the_measured_speed(tmp_path):
@@ -45,7 +47,6 @@ def test_a_search_progress_eta_is_the_steps_left_at_the_measured_speed(tmp_path)
     events.pruned(specs[2].run_dir, step=20)
     clock[0] = 15.0  # 60 steps in 10 s: 6 steps/s
     progress.update(force=True)
-    paused_left = 40 / 3 + 120 / 9 + 360 / 27  # each of the two paused at rung 20: promoted with chance 1/3
-    left = 2 * paused_left + 24 * 60.0  # and 24 trials to come, 60 steps each on average
+    left = 24 * 20 + 9 * 40 + 3 * 120 + 360  # 24 trials to come to rung 20; none went on yet: 1/3 a rung
     assert abs(progress.eta_s() - left / 6.0) < 1e-6
     assert f"ETA {int(left / 6.0) // 60}m" in stream.getvalue().splitlines()[-1]
