@@ -90,3 +90,22 @@ def test_the_trainer_s_weights_are_bit_identical_to_the_plain_loop_s(tmp_path, g
     ours = trainer.raw_model.state_dict()
     assert list(ours) == list(plain)
     assert all(torch.equal(ours[k], plain[k]) for k in ours), [k for k in ours if not torch.equal(ours[k], plain[k])]
+
+
+def test_a_log_step_s_scalars_are_one_tensorboard_event(tmp_path):
+    """One record (and one pure-Python CRC pass) a log step, not one per tag: 1.31 M -> 0.20 M instructions
+    for five scalars under cachegrind. TensorBoard reads the values as it read add_scalar's."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    from cli_helpers import tb_scalars
+    from hpctrain.train.loggers import RunLogger
+
+    logger = RunLogger(tmp_path, 0, None, 100)
+    values = {"train/loss": 0.5, "train/lr": 1e-3, "perf/samples_per_s": 1234.5, "train/grad_norm": 1.25}
+    for step in (10, 20):
+        logger.scalars({**values, "train/loss": step / 40}, step)
+    logger.close()
+    (events,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    with_values = [e for e in EventFileLoader(str(events)).Load() if e.HasField("summary") and e.summary.value]
+    assert [(e.step, len(e.summary.value)) for e in with_values] == [(10, 4), (20, 4)]
+    assert tb_scalars(tmp_path, "train/loss") == [0.25, 0.5] and tb_scalars(tmp_path, "train/grad_norm") == [1.25, 1.25]
