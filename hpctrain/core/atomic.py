@@ -11,7 +11,7 @@ import fcntl
 import json
 import os
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
@@ -23,26 +23,39 @@ PathLike = Union[str, Path]
 _UMASK = safefs.umask()
 
 
-@contextmanager
-def _temp_beside(path: Path, mode: Optional[int]) -> Iterator[Tuple[int, Path]]:
-    """A new temp file beside ``path`` (``O_EXCL``: never a name someone else planted) and its descriptor,
-    its mode set through the descriptor; renamed onto ``path`` when the block ends well, removed otherwise."""
+def _mkstemp_beside(parent: str, name: str) -> Tuple[int, str]:
+    """``mkstemp`` in ``parent``, made (with its parents) only when missing: the common write into an
+    existing directory makes no mkdir call (metrics.json is written every log step)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        return tempfile.mkstemp(dir=parent, prefix=f".{name}.", suffix=".tmp")
+    except FileNotFoundError:
+        os.makedirs(parent, exist_ok=True)
+        return tempfile.mkstemp(dir=parent, prefix=f".{name}.", suffix=".tmp")
+
+
+@contextmanager
+def _temp_beside(path: PathLike, mode: Optional[int]) -> Iterator[Tuple[int, str]]:
+    """A new temp file beside ``path`` (``O_EXCL``: never a name someone else planted) and its descriptor,
+    its mode set through the descriptor; renamed onto ``path`` when the block ends well, removed otherwise.
+    Plain strings, not pathlib: a pathlib join costs more than the write's own encoding."""
+    parent, name = os.path.split(os.fspath(path))
+    parent = parent or "."
+    try:
+        fd, tmp = _mkstemp_beside(parent, name)
     except OSError as exc:
-        raise disk_full(exc, path.parent) or exc
+        raise disk_full(exc, parent) or exc
     try:
         os.fchmod(fd, 0o666 & ~_UMASK if mode is None else mode)  # mkstemp makes 0600; others may read
-        yield fd, Path(tmp)
+        yield fd, tmp
         os.close(fd)
         fd = -1
         os.replace(tmp, path)
     except BaseException as exc:
         if fd >= 0:
             os.close(fd)
-        Path(tmp).unlink(missing_ok=True)
-        full = disk_full(exc, path.parent)
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+        full = disk_full(exc, parent)
         if full is not None and full is not exc:
             raise full from exc
         raise
@@ -53,12 +66,12 @@ def replacing(path: PathLike, mode: Optional[int] = None) -> Iterator[Path]:
     """A temp path beside ``path``; renamed onto ``path`` when the block ends well, removed otherwise.
     For writers that need a file name of their own (``torch.save``). ``mode``: the file's, else the umask's
     (:func:`~hpctrain.core.safefs.exec_file_mode` for what a job executes or unpickles)."""
-    with _temp_beside(Path(path), mode) as (_, tmp):
-        yield tmp
+    with _temp_beside(path, mode) as (_, tmp):
+        yield Path(tmp)
 
 
 def write_bytes_atomic(path: PathLike, data: bytes, mode: Optional[int] = None) -> None:
-    with _temp_beside(Path(path), mode) as (fd, _):
+    with _temp_beside(path, mode) as (fd, _):
         view = memoryview(data)
         while view:  # written through the descriptor mkstemp gave: never through a name swapped meanwhile
             view = view[os.write(fd, view):]
@@ -68,8 +81,19 @@ def write_text_atomic(path: PathLike, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, default=str)  # C; json.dumps(indent=...) runs Python's own encoder
+
+
+def json_text(data: Any) -> str:
+    """``data`` as JSON, one top-level key a line (people read these files), each value by the C encoder."""
+    if not isinstance(data, dict) or not data or set(map(type, data)) != {str}:
+        return _ENCODER.encode(data) + "\n"
+    encode = _ENCODER.encode
+    return "{\n" + ",\n".join(f" {encode(k)}: {encode(data[k])}" for k in sorted(data)) + "\n}\n"
+
+
 def write_json_atomic(path: PathLike, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True, default=str))
+    write_text_atomic(path, json_text(data))
 
 
 def read_json(path: PathLike) -> Optional[Dict[str, Any]]:
@@ -89,9 +113,11 @@ def locked(lock_path: PathLike) -> Iterator[None]:
     The lock is on the sidecar, never on the data file: the data file is replaced by rename, and a lock
     on a replaced inode would lock nothing.
     """
-    lock_path = Path(lock_path)
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = safefs.open_lock(lock_path, 0o666 & ~_UMASK)  # never through a planted link
+    try:
+        fd = safefs.open_lock(lock_path, 0o666 & ~_UMASK)  # never through a planted link
+    except FileNotFoundError:  # its directory is made only when missing: no mkdir call a write
+        Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
+        fd = safefs.open_lock(lock_path, 0o666 & ~_UMASK)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -15,6 +15,7 @@ from hpctrain.core.atomic import read_json
 PathLike = Union[str, Path]
 
 METRICS = "metrics.json"
+METRICS_LOCK = "metrics.lock"  # in HPCTRAIN_DIR: the sidecar every metrics.json writer locks
 HPCTRAIN_DIR = ".hpctrain"  # hpctrain's own files, in a run dir and in a sweep dir
 PACKED_LOG = os.path.join(HPCTRAIN_DIR, "task.log")  # a packed run's own output, under its run dir
 PACKED_CANCELLED = "cancelled (its record says so)"  # the task's note in that log when it stopped the run
@@ -47,7 +48,7 @@ class RunPaths:
     @property
     def metrics_lock(self) -> Path:
         """The sidecar every metrics.json writer locks (hpctrain.core.summary)."""
-        return self.root / HPCTRAIN_DIR / "metrics.lock"
+        return self.root / HPCTRAIN_DIR / METRICS_LOCK
 
     @property
     def tb(self) -> Path:

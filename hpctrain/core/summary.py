@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from hpctrain.core import events
 from hpctrain.core.atomic import locked, read_json, write_json_atomic
-from hpctrain.core.paths import METRICS, RunPaths
+from hpctrain.core.paths import HPCTRAIN_DIR, METRICS, METRICS_LOCK
 from hpctrain.core.state import FAILURES, FINAL, RunState, State
 
 PathLike = Union[str, Path]
@@ -34,10 +34,10 @@ def read(run_dir: PathLike) -> Optional[Dict[str, Any]]:
 
 def write(run_dir: PathLike, **fields: Any) -> Dict[str, Any]:
     """Merge ``fields`` (``step``, ``metrics``, ...) into metrics.json under its lock; the summary written."""
-    paths = RunPaths(run_dir)
-    with locked(paths.metrics_lock):
-        summary = merge(read_json(paths.metrics) or {}, fields, events.read(run_dir), time.time())
-        write_json_atomic(paths.metrics, summary)
+    metrics = os.path.join(run_dir, METRICS)  # RunPaths(run_dir).metrics and .metrics_lock, without pathlib's cost
+    with locked(os.path.join(run_dir, HPCTRAIN_DIR, METRICS_LOCK)):
+        summary = merge(read_json(metrics) or {}, fields, events.read(run_dir), time.time())
+        write_json_atomic(metrics, summary)
     return summary
 
 

@@ -30,7 +30,10 @@ def _move(value: Any, device: torch.device) -> Any:
 def to_device(batch: Any, device: torch.device) -> Any:
     """A pair with its tensors (and number targets, as a tensor) on ``device``, or a dict moved key by key."""
     if type(batch) is tuple and len(batch) == 2:  # the common pair first: no ABC check a step
-        return _move(batch[0], device), _move(batch[1], device)
+        x, y = batch
+        if type(x) is torch.Tensor and type(y) is torch.Tensor and x.device == device and y.device == device:
+            return batch  # two tensors already there (a CPU run): what _move gives, without its two calls a step
+        return _move(x, device), _move(y, device)
     if isinstance(batch, Mapping):
         return {k: _move(v, device) for k, v in batch.items()}
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:

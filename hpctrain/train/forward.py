@@ -20,6 +20,7 @@ class Forward:
         # the default cross_entropy too (a Hugging Face model computes it from the batch's labels)
         self.model_loss = loss is losses.from_model
         self.dict_model_loss = self.model_loss or loss is losses.cross_entropy
+        self.own_logits = loss in (losses.cross_entropy, losses.mse)  # they call logits_of: not twice a step
         if self.model_loss:
             takes_targets(model, loss_target)
 
@@ -34,6 +35,8 @@ class Forward:
         try:
             if self.model_loss or (self.dict_model_loss and type(batch) is not tuple and isinstance(batch, Mapping)):
                 return loss_of(outputs)
+            if self.own_logits:
+                return self.loss(outputs, targets)  # the built-in loss finds the predictions itself
             return self.loss(logits_of(outputs), targets)  # the predictions: a tensor, (logits, ...), .logits
         except ModelOutputError as exc:
             raise ModelOutputError(f"loss._target_={self.loss_target}: {exc}") from None

@@ -122,8 +122,12 @@ class RunLogger(NullLogger):
             self.writer.add_custom_scalars(layout)  # the Custom Scalars tab: the objective and losses first
 
     def scalars(self, values: Dict[str, float], step: int) -> None:
-        for tag, value in values.items():
-            self.writer.add_scalar(tag, value, step)
+        """The step's scalars as one event (what ``add_scalar`` writes, a value each; TensorBoard reads them
+        alike): one record, and one pure-Python CRC over it, a log step instead of one per tag."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value)) for tag, value in values.items()])
+        tb_compat.file_writer(self.writer).add_summary(summary, step)
 
     def progress(self, **fields: Any) -> None:
         summary.write(self.run_dir, **fields)  # the status is the run record's, where there is one

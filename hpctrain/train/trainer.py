@@ -196,10 +196,13 @@ class Trainer:
             batch = self.data.take()
             if self.distributed:
                 self.model.require_backward_grad_sync = last  # all-reduce on the last micro-step only
-            with self.autocast():
+            if self.amp_dtype is None:  # full precision: no context entered and left a micro-step
                 loss = self.forward.loss_of(*self.forward(self.model, batch), batch)
-                if self.grad_accum > 1:
-                    loss = loss / self.grad_accum  # the mean over micro-steps (skipped for one: x / 1 is x, an op saved)
+            else:
+                with self.autocast():
+                    loss = self.forward.loss_of(*self.forward(self.model, batch), batch)
+            if self.grad_accum > 1:
+                loss = loss / self.grad_accum  # the mean over micro-steps (skipped for one: x / 1 is x, an op saved)
             if fetch_ahead or not last:
                 self.data.prefetch()  # immediately fetch the next batch while the GPU runs the queued forward
             (self.scaler.scale(loss) if self.scaling else loss).backward()
@@ -278,7 +281,10 @@ class Trainer:
         return self._end(State.COMPLETED if self.step >= every.max_steps else State.PAUSED, last, started)
 
     def _stop_asked(self) -> bool:
-        return any(hook.should_stop(self.step) for hook in self.hooks)
+        for hook in self.hooks:  # a loop, not any() over a generator: two frames fewer a step
+            if hook.should_stop(self.step):
+                return True
+        return False
 
     def _log_step(self, mean_loss: torch.Tensor, grad_norm: Optional[torch.Tensor],
                   meter: Throughput) -> Tuple[Dict[str, float], bool]:
