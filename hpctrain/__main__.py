@@ -179,6 +179,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     stderr, sys.stderr = sys.stderr, _CompactErrors(sys.stderr)
     try:
         hydra_main()
+    except KeyboardInterrupt:  # a Ctrl-C outside the local launcher's wait (which says more itself)
+        print("hpctrain: interrupted (Ctrl-C)", file=stderr)
+        sys.exit(130)
     finally:
         sys.stderr = stderr
 

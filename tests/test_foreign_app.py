@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import HELPERS, hpctrain_env
+from cli_helpers import HELPERS, hpctrain_env, skipped
 from slurm_helpers import metrics, record_kinds, run_dirs
 
 APP = HELPERS / "foreign_app.py"
@@ -50,7 +50,7 @@ def test_foreign_app_on_local_launcher(tmp_path):
     assert "best: #1" in by_score.stdout
 
     again = sweep_app(args[:1] + ["+fail_above=5"] + args[2:], tmp_path)  # a changed point: only it runs
-    assert "skip 0_+x=0: already completed" in again.stdout and "skip 1_+x=1: already completed" in again.stdout
+    assert "skipped 2 run(s)" in skipped(again.stdout) and "0_+x=0, 1_+x=1" in skipped(again.stdout), again.stdout
     assert again.returncode == 0, again.stdout + again.stderr
 
 
@@ -110,7 +110,7 @@ def test_a_plain_app_in_its_own_git_tree_names_its_commit_and_keeps_older_run_di
     assert old.returncode == 0, old.stdout + old.stderr
     assert [d.name for d in run_dirs(sweep)] == ["0", "1"]
     again = subprocess.run(args, cwd=here, env=hpctrain_env(), capture_output=True, text=True, timeout=300)
-    assert "skip 0: already completed" in again.stdout and "skip 1: already completed" in again.stdout, again.stdout
+    assert skipped(again.stdout).endswith("same code: 0, 1"), again.stdout
     report = review(["report", str(sweep)], here).stdout
     code = [line for line in report.splitlines() if line.startswith("code: ")]
     assert code[0] == f"code: {repo} at commit {commit[:12]}", report

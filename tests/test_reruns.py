@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import HELPERS, hpctrain_env, run_hpctrain
+from cli_helpers import HELPERS, hpctrain_env, run_hpctrain, skipped
 from slurm_helpers import cancel, metrics, queued, record_kinds, run_dirs, wait_for
 
 from hpctrain.core import events, manifest
@@ -274,7 +274,8 @@ def test_an_edited_user_module_retrains_completed_runs_from_scratch(tmp_path):
     (run_dir,) = run_dirs(sweep)
     assert metrics(run_dir)["status"] == "completed"
     same = run_hpctrain(args, cwd=project, env=env, timeout=300)
-    assert f"skip {run_dir.name}: already completed" in same.stdout, same.stdout
+    assert skipped(same.stdout).endswith(f"skipped 1 run(s), already completed by the same code: {run_dir.name}"), \
+        same.stdout
 
     (project / "mymodel.py").write_text(USER_MODEL.replace("WIDTH = 8", "WIDTH = 12"))  # a changed shape
     edited = run_hpctrain(args, cwd=project, env=env, timeout=300)

@@ -85,6 +85,22 @@ def test_status_fits_an_80_column_terminal(sweep):
     assert "Traceback" not in out
 
 
+def test_status_piped_fits_the_width_columns_names_and_is_whole_without_it(sweep):
+    def table(env) -> list:
+        lines = review(["status", str(sweep)], sweep.parent, env).stdout.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("#"))
+        return lines[start:start + 2 + 3]  # header, rule, three runs
+
+    narrow = table({"COLUMNS": "80"})
+    assert all(len(line) <= 80 for line in narrow), "\n".join(f"{len(line)}: {line}" for line in narrow)
+    assert [line.split()[:3] for line in narrow[2:]][0] == ["0", "x=0", "completed"], narrow
+    env = hpctrain_env()
+    env.pop("COLUMNS", None)
+    whole = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep)], cwd=sweep.parent, env=env,
+                           capture_output=True, text=True, timeout=120).stdout
+    assert "log" in whole.splitlines()[1] and ".submitit" in whole, whole  # piped: every column, one line a run
+
+
 def test_report_prints_csv_markdown_or_json_on_stdout(sweep):
     import csv
     import io

@@ -10,7 +10,7 @@ from typing import List
 
 import pytest
 
-from cli_helpers import HELPERS, hpctrain_env, run_hpctrain
+from cli_helpers import HELPERS, hpctrain_env, run_hpctrain, skipped
 from slurm_helpers import metrics, record_kinds
 
 APP = HELPERS / "resolver_app.py"
@@ -76,6 +76,9 @@ def test_job_id_in_the_subdir_local(tmp_path):
     args = ["-m", "lr=1e-3,1e-4", *SMALL, "hydra/launcher=local", JOB_ID_SUBDIR, f"hydra.sweep.dir={sweep}"]
     proc = run_hpctrain(args, cwd=tmp_path)
     check_trainer_outputs(sweep, proc)
+    # said once, in one line: the job id is not known when the dir is decided
+    noted = [line for line in proc.stderr.splitlines() if "${hydra.job.id}" in line]
+    assert len(noted) == 1 and "run dirs hold plan_N" in noted[0], proc.stderr
     again = run_hpctrain(args, cwd=tmp_path)  # a rerun sees the outputs: nothing left to run
     assert "all 2 runs of" in again.stdout and "already completed" in again.stdout, again.stdout
 
@@ -88,8 +91,7 @@ def test_resolver_in_the_subdir_local(tmp_path):
     assert proc.returncode != 0 and "1 of 3 run(s) failed" in proc.stderr, proc.stdout + proc.stderr
     check_app_outputs(sweep, proc)
     again = sweep_app(args[:1] + ["+fail_above=5"] + args[2:], tmp_path)  # a changed point: only it runs
-    assert "skip 0_login_plan_0: already completed" in again.stdout, again.stdout
-    assert "skip 1_login_plan_1: already completed" in again.stdout, again.stdout
+    assert "0_login_plan_0, 1_login_plan_1" in skipped(again.stdout), again.stdout
     assert again.returncode == 0, again.stdout + again.stderr
     assert metrics(planned_dirs(sweep)[2])["status"] == "completed"
 
@@ -110,8 +112,7 @@ def test_job_id_and_resolver_in_the_subdir_slurm(tmp_path):
     assert proc.returncode != 0 and "1 of 3 run(s) failed" in proc.stderr, proc.stdout + proc.stderr
     check_app_outputs(other, proc)
     again = sweep_app(app_args[:1] + ["+fail_above=5"] + app_args[2:], tmp_path)
-    assert "skip 0_login_plan_0: already completed" in again.stdout, again.stdout
-    assert "skip 1_login_plan_1: already completed" in again.stdout, again.stdout
+    assert "0_login_plan_0, 1_login_plan_1" in skipped(again.stdout), again.stdout
     assert again.returncode == 0, again.stdout + again.stderr
     assert metrics(planned_dirs(other)[2])["status"] == "completed"
 

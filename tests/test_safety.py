@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli_helpers import hpctrain_env, run_hpctrain
+from cli_helpers import hpctrain_env, run_hpctrain, skipped
 
 
 def _snapshot(run_dir: Path) -> dict:
@@ -32,7 +32,7 @@ def test_rerun_of_half_failed_sweep_keeps_completed_runs(tmp_path):
     before = _snapshot(done)
 
     second = run_hpctrain(args, cwd=tmp_path)
-    assert f"skip {done.name}: already completed" in second.stdout
+    assert done.name in skipped(second.stdout), second.stdout
     assert _snapshot(done) == before  # same files, same sizes, same mtimes
     assert json.loads((failed / "metrics.json").read_text())["status"] == "completed"
     manifest = json.loads((sweep / "sweep.json").read_text())

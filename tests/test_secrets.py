@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cli_helpers import run_hpctrain
+from cli_helpers import run_hpctrain, skipped
 from hpctrain.core.redact import (REDACTED, is_secret_key, redact_argv, redact_config, redact_env,
                                   redact_overrides, secret_hint, secret_keys)
 
@@ -128,4 +128,4 @@ def test_a_secret_override_is_written_nowhere_hpctrain_writes(tmp_path):
 
     # the run's identity does not depend on the secret's value: a rerun with another one skips it
     again = run_hpctrain(args + [f"+wandb.api_key=other-{uuid.uuid4().hex}"], cwd=tmp_path)
-    assert f"skip {run_dir.name}: already completed" in again.stdout
+    assert run_dir.name in skipped(again.stdout), again.stdout

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from cli_helpers import hpctrain_env, run_hpctrain
+from cli_helpers import hpctrain_env, run_hpctrain, skipped
 from hpctrain.core import events
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 from trainer_helpers import compose, state_close
@@ -32,8 +32,8 @@ def test_rerun_submits_only_the_unfinished_runs_and_report_reads_the_sweep(tmp_p
     before = [record_kinds(d) for d in dirs[:2]]
 
     again = run_hpctrain(args, cwd=tmp_path, timeout=300)
-    for d in dirs[:2]:
-        assert f"  skip {d.name}: already completed" in again.stdout.splitlines(), again.stdout
+    assert f"skipped 2 run(s), already completed by the same code: {dirs[0].name}, {dirs[1].name}" in \
+        skipped(again.stdout), again.stdout
     submission = json.loads((sweep / "sweep.json").read_text())["submissions"][-1]
     assert submission["runs"] == [2, 3]
     (array,) = submission["job_ids"]

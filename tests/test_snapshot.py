@@ -181,6 +181,16 @@ def test_large_file_refused_and_named_venv_left_out(project, tmp_path):
     assert f"would copy to {sweep / '.hpctrain' / 'submission-0' / 'code'}" in proc.stderr
 
 
+def test_the_launchs_own_sweep_dir_is_no_gitignore_advice(project, tmp_path):
+    """Hydra makes the sweep dir (./multirun/DATE/TIME, not git-ignored here) before the snapshot is planned:
+    it is left out, and not named as something to add to .gitignore (issue 29 item 8)."""
+    args = ["-m", "lr=1e-3,1e-4", "max_steps=5", *model_args(tmp_path / "out"), "hydra/launcher=local",
+            "hydra.launcher.dry_run=true"]
+    proc = run_hpctrain(args, cwd=project, timeout=120)
+    assert "add them to .gitignore" not in proc.stderr, proc.stderr
+    assert "would copy to" in proc.stderr, proc.stderr
+
+
 def test_listed_paths_outside_git_are_copied_and_the_launcher_says_so(tmp_path):
     lib = tmp_path / "lib"
     lib.mkdir()

@@ -2,8 +2,8 @@
 
 Slurm: ``scancel`` (the array id when the whole sweep is cancelled, ``<array>_<task>`` ids for chosen
 runs), then the queue is asked until the jobs have left it. Local: the sweep's launcher is stopped
-first (so it starts nothing new), then each run's submitit controller (SIGINT, as submitit's own
-``cancel``). Each cancelled run gets ``cancelled`` in its run record: without accounting, nothing else
+first (so it starts nothing new; it cancels its runs itself, as on Ctrl-C), then each run still going is
+asked to checkpoint (submitit's preemption signal) and stopped (:func:`hpctrain.core.stopping.end_runs`). Each cancelled run gets ``cancelled`` in its run record: without accounting, nothing else
 would tell ``status`` that a job that left the queue was cancelled. A packed run (``runs_per_task``) chosen
 with ``--run`` is stopped by its own task, which sees ``cancelled`` in its record; the task and its other
 runs go on.
@@ -17,7 +17,8 @@ from typing import Dict, List, Optional
 
 from rich.markup import escape
 
-from hpctrain.core import events, launcher_id, manifest, summary
+from hpctrain._compat.submitit import preemption_signal
+from hpctrain.core import events, launcher_id, manifest, stopping, summary
 from hpctrain.core.paths import PACKED_CANCELLED, RunPaths
 from hpctrain.core.state import ACTIVE, State
 from hpctrain.review import fmt, jobs
@@ -83,10 +84,13 @@ def _local(snap: Snapshot, targets: List[Run], whole: bool) -> Dict[str, int]:
             if attempt == 0 and not live and any(r.state is State.QUEUED for r in targets):
                 print("hpctrain cancel: warning: no run of this local sweep is running, so its launcher cannot be "
                       "found; if it is still starting, stop it with Ctrl-C where it runs", file=sys.stderr)
-            if launcher and not jobs.stop_process(launcher, "python"):
+            # a local launcher cancels its own runs on the signal (checkpoints first): the time that takes
+            wait_s = stopping.CHECKPOINT_GRACE_S + 2 * stopping.GRACE_S
+            if launcher and not stopping.stop_process(launcher, "python", wait_s):
                 print(f"hpctrain cancel: the sweep's launcher (pid {launcher}) did not stop", file=sys.stderr)
+        left = set(stopping.end_runs([job_id for _, job_id in live], preemption_signal()))
         for idx, job_id in live:
-            if jobs.stop_controller(job_id):
+            if job_id not in left:
                 done[job_id] = idx
             else:
                 print(f"hpctrain cancel: run #{idx} (pid {job_id}) did not stop", file=sys.stderr)

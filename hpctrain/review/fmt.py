@@ -42,12 +42,22 @@ def value(text: str) -> str:
 
 
 def console(stream: Any = None) -> Any:
-    """A rich console; piped, it is wide enough that no table row wraps (one run, one line)."""
+    """A rich console; piped, it is wide enough that no table row wraps (one run, one line), unless ``COLUMNS``
+    says how wide (rich reads it, on a terminal too)."""
     from rich.console import Console
 
     stream = stream or sys.stdout
     tty = hasattr(stream, "isatty") and stream.isatty()
-    return Console(file=stream, width=None if tty else 4000, soft_wrap=not tty, highlight=False)
+    told = os.environ.get("COLUMNS", "").isdigit()
+    return Console(file=stream, width=None if tty or told else PIPED_WIDTH, soft_wrap=not tty, highlight=False)
+
+
+PIPED_WIDTH = 4000
+
+
+def _fitted(con: Any) -> bool:
+    """Whether tables fit the console's width: a terminal's, or the one ``COLUMNS`` gave a pipe."""
+    return bool(con.is_terminal or con.width < PIPED_WIDTH)
 
 
 def unicode_ok(con: Any) -> bool:
@@ -116,7 +126,7 @@ def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right
     """
     from rich.text import Span, Text
 
-    if con.is_terminal and (droppable or squeeze is not None):
+    if _fitted(con) and (droppable or squeeze is not None):
         headers, rows, styles, right, squeeze = _fit(con.width, headers, rows, styles, right, droppable, squeeze)
     widths = [len(h) for h in headers]
     for row in rows:
@@ -124,7 +134,7 @@ def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right
             widths[i] = max(widths[i], len(cell))
     last = len(headers) - 1
     room = None
-    if con.is_terminal:
+    if _fitted(con):
         room = max(20, con.width - sum(widths[:last]) - 2 * last)
 
     def cells(row: Sequence[str]) -> List[str]:
@@ -138,7 +148,7 @@ def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right
                 out.append(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]))
         return out
 
-    rule = ("─" if unicode_ok(con) else "-") * min(sum(widths) + 2 * last, con.width if con.is_terminal else 10**6)
+    rule = ("─" if unicode_ok(con) else "-") * min(sum(widths) + 2 * last, con.width if _fitted(con) else 10**6)
     if not con.is_terminal or con.no_color:  # piped: plain lines, nothing for rich to do
         lines = ["  ".join(cells(headers)).rstrip(), rule] + ["  ".join(cells(row)).rstrip() for row in rows]
         con.file.write("\n".join(lines) + "\n")

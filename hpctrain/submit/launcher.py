@@ -35,7 +35,7 @@ from hpctrain.submit.code import CodeStage
 from hpctrain.submit.container import check_args, check_container, container_command, default_binds
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.lock import one_submission
-from hpctrain.submit.plan import PlannedRun, constant_keys, exclude_from_names, plan_runs
+from hpctrain.submit.plan import PlannedRun, constant_keys, exclude_from_names, job_id_note, plan_runs
 from hpctrain.submit.results import Returns
 from hpctrain.submit.submission import Array, Calling, Files, Submission, tasks_of
 from hpctrain.slurm import parse as slurm_parse
@@ -64,6 +64,7 @@ class BaseLauncher(Launcher):
         self.code = CodeStage(self.params.snapshot, self.params.container)  # planned in check(), taken once
         self.record_path: Optional[Path] = None  # this submission's record of what ran (provenance.py)
         self.names_decided = False  # constant keys left out of run-dir names: decided once per sweep
+        self.noted = False  # the plan_N note (hydra.job.id in hydra.sweep.subdir) said once per sweep
         self._returns: Optional[Returns] = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -173,6 +174,10 @@ class BaseLauncher(Launcher):
         if problems:
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")
+        note = job_id_note(self.config)
+        if note and not self.noted:  # once per sweep, however many batches it is launched in
+            print(f"hpctrain: note: {note}", file=sys.stderr)
+            self.noted = True
         # from what is left to submit and the submission's number to its job ids recorded (lock.py)
         with nullcontext() if self.params.dry_run else one_submission(sweep_dir):
             return self._submit(runs, sweep_dir)

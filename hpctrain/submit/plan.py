@@ -371,6 +371,16 @@ def _split(full: DictConfig, by_values: bool = False) -> _Base:
 HYDRA_SUBDIR = "${hydra.job.num}"  # Hydra's own hydra.sweep.subdir: run dirs 0, 1, 2
 
 
+def job_id_note(config: DictConfig) -> Optional[str]:
+    """One line when ``hydra.sweep.subdir`` names ``${hydra.job.id}``: a run's dir is decided before its job
+    exists, so ``plan_N`` (N its index) stands in for the job id there, in the dir and in the job's config."""
+    subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")  # type: ignore[union-attr]
+    if not isinstance(subdir, str) or "hydra.job.id" not in subdir:
+        return None
+    return ("hydra.sweep.subdir uses ${hydra.job.id}: run dirs hold plan_N (N: the run's index) in its place, as a "
+            "run's dir is decided before its job exists (the job id is in sweep.json and `status`)")
+
+
 def _named_by_values(full: DictConfig, subdir: Any) -> Any:
     """Hydra's default subdir (a user's app that keeps it) becomes hpctrain's: run dirs named by index and
     swept values, as for hpctrain's own app. A subdir the command line sets is kept as it is."""

@@ -246,6 +246,11 @@ class Progress:
                 if self.seen[idx].state is not State.RUNNING]
         self._redraw(kept, self.block())
 
+    def clear(self) -> None:
+        """The block taken away, nothing read (the launcher was interrupted: its one line follows)."""
+        if self.tty:
+            self._redraw([], [])
+
     def close(self) -> None:
         """The last read; on a terminal the block is taken away (the closing summary follows)."""
         self.update(force=True)

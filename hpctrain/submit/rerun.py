@@ -34,7 +34,12 @@ class Rerun:
 
     def lines(self) -> List[str]:
         """What is left alone, one line each."""
-        out = [f"  skip {r.name}: already completed" for r in self.completed]
+        out = []
+        if self.completed:  # one line, however many: a rerun of 1000 runs is not 1000 lines
+            names = [r.name for r in self.completed[:8]]
+            more = len(self.completed) - len(names)
+            out.append(f"hpctrain: skipped {len(self.completed)} run(s), already completed by the same code: "
+                       + ", ".join(names) + (f" and {more} more" if more else ""))
         if self.active:
             out.append(f"hpctrain: {len(self.active)} run(s) left alone, still queued or running: "
                        + _listed(self.active))

@@ -378,7 +378,8 @@ def plan(options: SnapshotOptions, cwd: Path, code_dir: Path, exclude: Sequence[
                 snap.repos.append(root)
             secrets_left += [os.path.join(root, n) for n in names if is_secret(n)]
             names = [n for n in names if not is_secret(n)]
-        dropped_all += [str(root / d) for d in dropped]
+        # this launch's own sweep dir, which Hydra has just made, is no advice to anyone
+        dropped_all += [str(root / d) for d in dropped if not any((str(root / d) + os.sep).startswith(e) for e in excluded)]
         for name in names:
             src = os.path.join(root, name)
             if src in snap.files or any(src.startswith(e) for e in excluded):

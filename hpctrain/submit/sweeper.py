@@ -31,7 +31,9 @@ MAX_POINTS = 100_000  # points one sweep may plan: 10x the largest benchmarked (
 class HpctrainSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         assert self.config is not None
-        with scrubbed_on_refusal(Path(str(self.config.hydra.sweep.dir))):
+        launcher = implementation_of(self.launcher)
+        dry_run = launcher is not None and bool(launcher.params.dry_run)
+        with scrubbed_on_refusal(Path(str(self.config.hydra.sweep.dir)), dry_run):
             return super().sweep(arguments)
 
     def split_arguments(self, overrides: List[Override], max_batch_size: Optional[int]) -> List[List[List[str]]]:  # type: ignore[override]
@@ -55,9 +57,11 @@ class HpctrainSweeper(BasicSweeper):
 
 
 @contextmanager
-def scrubbed_on_refusal(sweep_dir: Path) -> Iterator[None]:
+def scrubbed_on_refusal(sweep_dir: Path, dry_run: bool = False) -> Iterator[None]:
     """Hydra's sweeper writes multirun.yaml (and makes the sweep dir) before the launcher checks the points:
-    when the launcher refuses them, what it wrote goes again (a rerun's earlier multirun.yaml comes back)."""
+    when the launcher refuses them, or after a dry run, what it wrote goes again (a rerun's earlier
+    multirun.yaml comes back), so that ``status``, ``report`` and ``tensorboard`` keep defaulting to the last
+    real sweep. Any other error in a sweep dir made here that holds nothing else takes it away too."""
     absent = sweep_dir.absolute()
     while not absent.parent.exists() and absent.parent != absent:
         absent = absent.parent
@@ -73,6 +77,20 @@ def scrubbed_on_refusal(sweep_dir: Path) -> Iterator[None]:
         if str(exc).startswith("nothing submitted"):
             _scrub(multirun, before, made)
         raise
+    except Exception:
+        if made is not None and _holds_only(multirun):
+            _scrub(multirun, None, made)
+        raise
+    if dry_run:
+        _scrub(multirun, before, made)
+
+
+def _holds_only(multirun: Path) -> bool:
+    """Whether the sweep dir holds multirun.yaml alone (nothing was planned, staged or submitted in it)."""
+    try:
+        return [p.name for p in multirun.parent.iterdir()] in ([multirun.name], [])
+    except OSError:
+        return False
 
 
 def _scrub(multirun: Path, before: Optional[bytes], made: Optional[Path]) -> None:

@@ -27,6 +27,11 @@ def run_hpctrain(args: List[str], cwd: Path, env: Optional[dict] = None, timeout
     return proc
 
 
+def skipped(stdout: str) -> str:
+    """A rerun's one line naming the runs it skipped as completed ("" when there is none)."""
+    return next((line for line in stdout.splitlines() if "already completed by the same code:" in line), "")
+
+
 def tb_scalars(run_dir: Path, tag: str) -> List[float]:
     """Values of one scalar tag, read with TensorBoard's own event reader."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

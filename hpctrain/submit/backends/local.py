@@ -1,7 +1,8 @@
 """``hydra/launcher=local``: the same jobs on this machine, through submitit's local executor.
 
 submitit's local executor starts every job of an array at once; this launcher keeps at most
-``max_parallel`` runs going, each pinned to its own GPUs, and waits for all of them.
+``max_parallel`` runs going, each pinned to its own GPUs, and waits for all of them. Ctrl-C or SIGTERM
+cancels them (checkpointed first) in one line: :mod:`hpctrain.submit.interrupt`.
 """
 
 import os
@@ -17,7 +18,7 @@ from hpctrain._compat.submitit import local_job_exit_code
 from hpctrain.job.attempt_ended import ended_or_said as attempt_ended
 from hpctrain.core import launcher_id
 from hpctrain.core.run import RunSpec
-from hpctrain.submit import results
+from hpctrain.submit import interrupt, results
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.launcher import BaseLauncher, JobIds, PlannedRun
 from hpctrain.submit.progress import Progress, trials_of
@@ -118,21 +119,27 @@ class LocalLauncher(BaseLauncher):
             progress = Progress([], discover=lambda: trials_of(submission.sweep_dir))
         else:
             progress = Progress(submission.runs, alive=lambda idx: task_of[idx] in running)
-        while pending or running:
-            while pending and free:
-                t, gpus = pending.pop(0), free.pop(0)
-                executor.update_parameters(visible_gpus=tuple(gpus))
-                jobs[t] = submitted = executor.submit(job, *[a[t] for a in args])
-                running[t] = (submitted, gpus)
-                job_ids({run.idx: str(submitted.job_id) for run in tasks[t]})
-            for t, (submitted, gpus) in list(running.items()):
-                if submitted.done():
-                    del running[t]
-                    free.append(gpus)
-                    if self._ended(tasks[t], submitted):
-                        pending.insert(0, t)  # retried: submitted again, first in line
-            progress.update()
-            time.sleep(0.2)
+        with interrupt.Interrupts() as interrupts:
+            while pending or running:
+                while pending and free and not interrupts.signals:
+                    t, gpus = pending.pop(0), free.pop(0)
+                    executor.update_parameters(visible_gpus=tuple(gpus))
+                    with interrupt.deaf_children():  # a terminal's Ctrl-C is the launcher's to handle
+                        jobs[t] = submitted = executor.submit(job, *[a[t] for a in args])
+                    running[t] = (submitted, gpus)
+                    job_ids({run.idx: str(submitted.job_id) for run in tasks[t]})
+                if interrupts.signals:
+                    progress.clear()
+                    active = [run for t in [*running, *pending] for run in tasks[t]]
+                    interrupt.cancel(interrupts, [j for j, _ in running.values()], active, submission.sweep_dir)
+                for t, (submitted, gpus) in list(running.items()):
+                    if submitted.done():
+                        del running[t]
+                        free.append(gpus)
+                        if self._ended(tasks[t], submitted):
+                            pending.insert(0, t)  # retried: submitted again, first in line
+                progress.update()
+                time.sleep(0.2)
         progress.close()
         return [jobs[t] for t in range(len(tasks))]
 

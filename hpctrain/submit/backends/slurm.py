@@ -291,7 +291,15 @@ class SlurmLauncher(BaseLauncher):
             progress.update()
 
         # a failed squeue call is "unknown", never "gone": the wait goes on until the queue answers empty
-        slurm.poll_squeue(ids, 10.0, lambda q: not any(slurm_parse.in_queue(q, i) for i in ids), seen)
+        try:
+            slurm.poll_squeue(ids, 10.0, lambda q: not any(slurm_parse.in_queue(q, i) for i in ids), seen)
+        except KeyboardInterrupt:  # only the wait ends: the jobs are Slurm's
+            progress.clear()
+            where = shlex.quote(str(sweep_dir))
+            print(f"hpctrain: Ctrl-C: stopped waiting; Slurm job(s) {', '.join(slurm_parse.array_ids(ids))} go on "
+                  f"(python -m hpctrain status {where}; to cancel them: python -m hpctrain cancel {where})",
+                  file=sys.stderr, flush=True)
+            raise SystemExit(130) from None
         progress.close()
         returns = []
         for run, job in zip(runs, jobs):
