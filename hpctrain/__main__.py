@@ -240,6 +240,18 @@ def _in_job(exc: BaseException) -> bool:
     return False
 
 
+def _too_large(overrides: List[Any]) -> Optional[str]:
+    """A sweep with more points than hpctrain plans, refused before anything is composed (the sweeper checks
+    again against the launcher's queue)."""
+    from hpctrain.submit.sweeper import size_problem
+
+    try:
+        problem = size_problem(overrides, None)
+    except Exception:  # noqa: BLE001 - values listed only by Hydra's loader (a glob): the sweeper counts them
+        return None
+    return f"nothing submitted: {problem}" if problem else None
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["--help"], ["-h"], ["help"]) and len(argv) == 1:
@@ -271,8 +283,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     from hpctrain.submit.keys import command_line_problems
 
     register_configs()  # the schema the app's config names (hpctrain.app registers it too, on import)
-
-    found = command_line_problems(argv, "pkg://hpctrain.conf", "config", unread=unread_key)  # once per key
+    found = command_line_problems(argv, "pkg://hpctrain.conf", "config", unread=unread_key,  # once per key
+                                  before=_too_large)
     if found:
         print("\n".join(f"hpctrain: {p}" for p in found), file=sys.stderr)
         sys.exit(1)

@@ -160,6 +160,7 @@ class Checker:
         values = _values(o) if o.is_sweep_override() and o.is_discrete_sweep() else [o.value()]
         if o.is_sweep_override() and not o.is_discrete_sweep():
             values = [_UNCHECKED]  # an interval (a search): the key alone is checked
+        values = values or [_UNCHECKED]  # an empty range: the key alone
         first: Optional[str] = None
         for cfg in configs:
             problem = _set_problem(o, cfg, values, keys)
@@ -249,7 +250,8 @@ def _line(o: Any, value: str) -> str:
 
 
 def _values(o: Any) -> List[Any]:
-    """A sweep override's distinct values (a range's first two: the rest have their types); a plain one's."""
+    """A sweep override's distinct values (a range's first two: the rest have their types; a glob: unchecked);
+    a plain one's."""
     if not o.is_sweep_override():
         return [o.value()]
     value = o.value()
@@ -258,8 +260,11 @@ def _values(o: Any) -> List[Any]:
         if start is None or stop is None:
             return []
         return [v for v in (start, start + step) if (v < stop if step > 0 else v > stop)]
+    if isinstance(value, Glob):
+        return [_UNCHECKED]  # expanded over a group's options, by Hydra's loader
     seen: Dict[str, Any] = {}
     for v in o.sweep_iterator():
+        v = Override._convert_value(v)  # a quoted "1e-3" is the text 1e-3, as in the point's own override
         seen.setdefault(repr(v), v)
     return list(seen.values())
 
@@ -286,10 +291,12 @@ def count_values(o: Override, most: int) -> int:
     return sum(1 for _ in itertools.islice(o.sweep_iterator(), most))
 
 
-def command_line_problems(argv: Sequence[str], config_path: str, config_name: str, unread: Any = None) -> List[str]:
+def command_line_problems(argv: Sequence[str], config_path: str, config_name: str, unread: Any = None,
+                          before: Any = None) -> List[str]:
     """One line per bad key of an app's command line (``python -m hpctrain ...``), its sweep file's
     ``hydra.sweeper.params`` included; [] where Hydra's parser or composition refuses it (Hydra says why in
-    one line) or for a flag that composes nothing (``--help``)."""
+    one line) or for a flag that composes nothing (``--help``). ``before(overrides)``: a line that refuses
+    the parsed overrides before anything is composed (a sweep too large to plan), else None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
 
@@ -305,6 +312,9 @@ def command_line_problems(argv: Sequence[str], config_path: str, config_name: st
         return []
     if not args.multirun and any(o.is_sweep_override() for o in overrides):
         return []  # Hydra's own: sweeping needs -m
+    refused = before(overrides) if before is not None and args.multirun else None
+    if refused:
+        return [refused]
     loader = app_config_loader(args.config_path or config_path, args.config_dir)
     name = args.config_name or config_name
     searchpath = [o.input_line for o in overrides if o.key_or_group == "hydra.searchpath"]
