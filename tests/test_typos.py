@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cli_helpers import hpctrain_env
+from cli_helpers import HELPERS, hpctrain_env
 
 pytestmark = pytest.mark.login
 
@@ -100,6 +100,19 @@ def test_a_typo_through_the_api_is_a_one_line_exception_leaving_nothing(tmp_path
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert proc.stdout.strip() == "hpctrain: lrr: no such key in the config; did you mean lr?"
     assert not (tmp_path / "s").exists()
+
+
+def test_a_foreign_apps_swept_typo_is_one_line_and_its_good_sweep_still_runs(tmp_path):
+    app = [sys.executable, str(HELPERS / "foreign_app.py"), "-m", "hydra/launcher=local", "hydra/sweeper=hpctrain"]
+    bad = subprocess.run(app + ["x=0,1,2", f"hydra.sweep.dir={tmp_path / 'bad'}"], cwd=tmp_path, env=hpctrain_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1, bad.stderr
+    lines = [line for line in bad.stderr.splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line]
+    assert lines == ["nothing submitted: x: no such key in the config (`--cfg job` shows the config)"], bad.stderr
+    assert not (tmp_path / "bad").exists()
+    good = subprocess.run(app + ["+x=0,1", f"hydra.sweep.dir={tmp_path / 'good'}"], cwd=tmp_path, env=hpctrain_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert good.returncode == 0 and "2 completed, 0 failed" in good.stdout + good.stderr, good.stdout + good.stderr
 
 
 def test_help_lists_every_key_of_the_schema(tmp_path):

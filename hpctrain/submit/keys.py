@@ -223,7 +223,7 @@ def _unknown(shown: str, key: str, cfg: DictConfig, keys: List[str]) -> str:
     node = _node(cfg, parent) if parent else None
     if isinstance(node, DictConfig) and len(node) <= 12:
         return f"{shown}: no such key in the config ({parent} has {', '.join(str(k) for k in node.keys())})"
-    return f"{shown}: no such key in the config (`--cfg job` shows the config, `--help` its keys)"
+    return f"{shown}: no such key in the config (`--cfg job` shows the config)"
 
 
 def _expected(cfg: DictConfig, key: str, exc: ValidationError) -> str:
@@ -341,4 +341,37 @@ def command_line_problems(argv: Sequence[str], config_path: str, config_name: st
     try:
         return checker.problems(checked)
     except Exception:  # noqa: BLE001 - a check that cannot decide leaves the command line to Hydra
+        return []
+
+
+def swept_problems(loader: Any, config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> List[str]:
+    """One line per bad swept key of a sweep any app launches (its points' override strings), checked once
+    against ``config`` (Hydra's composed config: what the points share, applied already); [] when none is bad.
+    The launcher asks only when its plan found bad points: a good sweep pays nothing."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hpctrain._compat.hydra import group_checker
+
+    values: Dict[str, List[str]] = {}
+    for point in job_overrides:
+        for line in point:
+            key, _, value = line.partition("=")
+            if value not in values.setdefault(key, []):
+                values[key].append(value)
+    swept = [f"{key}={','.join(vs)}" for key, vs in values.items() if len(vs) > 1]  # the rest: applied already
+    if not swept:
+        return []
+    try:
+        overrides = OverridesParser.create().parse_overrides(swept)
+    except Exception:  # noqa: BLE001 - the plan's own lines say it
+        return []
+    is_group = group_checker(loader)
+
+    def options(group: str) -> Optional[List[str]]:
+        return list(loader.get_group_options(group)) if not group.startswith("hydra.") and is_group(group) else None
+
+    checker = Checker(lambda lines: loader.load_sweep_config(config, lines), options, [])
+    try:
+        return checker.problems(overrides)
+    except Exception:  # noqa: BLE001 - the plan's own lines say it
         return []
