@@ -43,6 +43,10 @@ def _refused(tmp_path, *overrides: str) -> str:
     (["model=mlpp"], "hpctrain: model=mlpp: no such option of the config group 'model'; did you mean mlp? "
                      "(options: cnn, gpt, mlp)"),
     (["weight_decay=0.1"], "hpctrain: weight_decay: no such key in the config; did you mean optim.weight_decay?"),
+    (["model=mlp,cnn", "model.width=3"], "hpctrain: model.width: fits only the points with model=cnn; a key that "
+                                         "is not swept must fit every point"),
+    (["model=mlp,cnn", "model.hidden=3"], "hpctrain: model.hidden: does not fit the points with model=cnn; a key "
+                                          "that is not swept must fit every point"),
     (["+lrr=1e-3,1e-4"], "hpctrain: +lrr: hpctrain's app does not read this key, so sweeping it gives 2 "
                          "identical runs; did you mean lr?"),
 ])

@@ -99,24 +99,21 @@ class Checker:
         not compose (Hydra then says why)."""
         out: Dict[str, str] = {}
         groups = [o for o in overrides if self.options(_group_of(o)) is not None]
-        base: List[str] = []
-        swept: List[Tuple[int, List[str]]] = []
+        base: List[str] = []  # Hydra's own first composition: the group choices not swept
+        points: List[str] = []  # a swept group's options, each composed on top of it
         for o in groups:
-            good = self._group_problem(o, out)
-            if good:
-                base.append(_line(o, good[0]))
-                if len(good) > 1:
-                    swept.append((len(base) - 1, [_line(o, v) for v in good[1:]]))
+            good = [_line(o, v) for v in self._group_problem(o, out)]
+            (points if o.is_sweep_override() else base).extend(good)
         try:
-            configs = [self.compose(base)] + [self.compose(base[:i] + [line] + base[i + 1:])
-                                              for i, lines in swept for line in lines]
+            configs = [self.compose(base)] + [self.compose(base + [line]) for line in points]
         except Exception:  # noqa: BLE001 - a config that does not compose: Hydra's own error says why
             return list(out.values())
         keys = [k for cfg in configs for k in flat_keys(cfg)] + self.groups
-        for o in list(overrides) + self._sweep_file(configs[0], overrides):
+        in_file = self._sweep_file(configs[0], overrides)
+        for o in list(overrides) + in_file:
             if o in groups or o.key_or_group in out:
                 continue
-            problem = self._value_problem(o, configs, keys)
+            problem = self._value_problem(o, configs, [""] + points, keys, swept=o.is_sweep_override() or o in in_file)
             if problem:
                 out[o.key_or_group] = problem
         return list(out.values())
@@ -150,8 +147,11 @@ class Checker:
                                    f"{hint} (options: {', '.join(shown) or 'none'})")
         return [v for v in values if v not in bad]
 
-    def _value_problem(self, o: Any, configs: List[DictConfig], keys: List[str]) -> Optional[str]:
-        """The one line for a value override (a key no config has, a value no config takes), else None."""
+    def _value_problem(self, o: Any, configs: List[DictConfig], labels: List[str], keys: List[str],
+                       swept: bool) -> Optional[str]:
+        """The one line for a value override, else None: a swept one (or one of a sweep file) must fit some
+        point's config (the launcher checks each point), one not swept every config: Hydra's first composition,
+        ``configs[0]``, and each swept group option's (``labels``: the group choice each was composed with)."""
         key = o.key_or_group
         if self.unread is not None and o.is_add() and o.is_sweep_override() and "." not in key:
             unread = self.unread(key, _count(o))
@@ -161,13 +161,18 @@ class Checker:
         if o.is_sweep_override() and not o.is_discrete_sweep():
             values = [_UNCHECKED]  # an interval (a search): the key alone is checked
         values = values or [_UNCHECKED]  # an empty range: the key alone
-        first: Optional[str] = None
-        for cfg in configs:
-            problem = _set_problem(o, cfg, values, keys)
-            if problem is None:
-                return None  # some point composes: the launcher checks each point's own values
-            first = first or problem
-        return first
+        found = [_set_problem(o, cfg, values, keys) for cfg in configs]  # (each config gets the value set)
+        if swept:
+            return None if None in found else found[0]
+        fits = [label for label, problem in zip(labels, found) if problem is None and label]
+        misfits = [label for label, problem in zip(labels, found) if problem is not None and label]
+        if found[0] is None and misfits:
+            return (f"{o.get_key_element()}: does not fit the points with {misfits[0]}; a key that is not swept "
+                    f"must fit every point")
+        if found[0] is not None and fits:
+            return (f"{o.get_key_element()}: fits only the points with {fits[0]}; a key that is not swept must "
+                    f"fit every point")
+        return found[0]
 
 
 _UNCHECKED: Any = object()
