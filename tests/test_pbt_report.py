@@ -26,3 +26,24 @@ def test_the_reproduce_line_of_a_pbt_trial_is_its_replay_with_the_snapshots_pyth
     assert reproduce.startswith("PYTHONPATH=") and ".hpctrain/submission-0/code" in reproduce, reproduce
     assert reproduce.endswith(replay.split(" ", 1)[1]), (reproduce, replay)  # the replay's `-m hpctrain ...`
     assert "Traceback" not in out
+
+
+def test_the_launch_summary_and_report_name_the_same_params_of_the_best_pbt_trial_and_say_which(tmp_path):
+    sweep = tmp_path / "s"
+    launched = run_hpctrain(["-m", "hydra/sweeper=search", "hydra.sweeper.scheduler=pbt",
+                             "lr=tag(log,interval(1e-4,1e-1))", "hydra.sweeper.population=2", "hydra.sweeper.interval=5",
+                             "hydra.sweeper.seed=0", "max_steps=15", "eval_every=5", "hydra/launcher=local",
+                             f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=300).stdout
+    (best,) = [line.strip() for line in launched.splitlines() if line.strip().startswith("best: trial ")]
+    number = best.split()[2]
+    assert " final params lr=" in best, launched  # says which: the final ones, not the start values
+    said = best[best.index("final params "):]
+    out = run_hpctrain(["report", str(sweep)], cwd=tmp_path).stdout
+    (report_best,) = [line for line in out.splitlines() if line.startswith("best: #")]
+    assert report_best.startswith(f"best: #{number} "), (report_best, best)
+    assert f"  PBT: {said}" in out.splitlines(), (said, out)
+    import hpctrain
+
+    (run,) = [r for r in hpctrain.load(sweep).runs if r.idx == int(number)]
+    lineage = json.loads((run.run_dir / "metrics.json").read_text())["lineage"]
+    assert f"lr={lineage[-1]['params']['lr']:.4g}" in said  # the params it trained with last

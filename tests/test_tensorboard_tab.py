@@ -209,6 +209,31 @@ def test_the_time_series_tab_shows_the_objective_and_the_losses_first(browser, b
         context.close()
 
 
+def test_opening_the_root_without_the_pinned_cards_still_shows_the_losses_first(browser, board, tmp_path):
+    from urllib.parse import parse_qs, urlparse
+
+    token = parse_qs(urlparse(board.url).query)["token"][0]
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    try:
+        # the cookie from a request that is not TensorBoard's page: no pinned cards reach the browser's settings
+        assert pg.goto(f"{board.base}/data/environment?token={token}").status == 200
+        pg.goto(board.base + "/#timeseries")  # `/`, as a bookmark or a link without the printed query opens it
+        pg.wait_for_function("() => document.body.innerText.replace(/\\n/g, '').includes('train/loss')",
+                             timeout=60_000)
+        pg.wait_for_function("() => document.body.innerText.includes('perf') || document.body.innerText.includes('sys')",
+                             timeout=60_000)
+        text = pg.inner_text("body").replace("\n", "")
+        first = {tag: text.find(tag) for tag in ("val/loss", "train/loss", "perf/", "sys/")}
+        assert -1 < first["val/loss"] < first["train/loss"], first
+        assert all(first["train/loss"] < at for tag, at in first.items() if tag in ("perf/", "sys/") and at >= 0), first
+        assert "#timeseries" in pg.url and "pinnedCards" in pg.url  # the fragment kept across the redirect
+    finally:
+        pg.screenshot(path=str(tmp_path / "root.png"))
+        (tmp_path / "root.txt").write_text(pg.inner_text("body"))
+        context.close()
+
+
 def test_no_token_keeps_the_old_behaviour_with_a_warning(sweep):
     b = Board(sweep, "--no-token")
     try:
@@ -398,14 +423,17 @@ def test_a_request_naming_another_host_is_refused(board):
 
     token = re.search(r"[?&]token=([^&#\s]+)", board.url).group(1)
     path = board.base.split(str(board.port), 1)[1] + f"/?token={token}"
+    # let in: TensorBoard's page, which redirects to itself with the pinned loss cards (302)
     for host, expected in ((f"evil.example:{board.port}", 403), (f"127.0.0.1:{board.port + 1}", 403),
-                           (f"localhost:{board.port}", 200), (f"127.0.0.1:{board.port}", 200)):
+                           (f"localhost:{board.port}", 302), (f"127.0.0.1:{board.port}", 302)):
         conn = http.client.HTTPConnection("127.0.0.1", board.port, timeout=30)
         conn.request("GET", path, headers={"Host": host})
         response = conn.getresponse()
         body = response.read()
         conn.close()
         assert response.status == expected, (host, body[:200])
+        if expected == 302:
+            assert "pinnedCards=" in response.getheader("Location", "") and token not in response.getheader("Location")
         if expected == 403:
             assert b"Host" in body and token.encode() not in body
 

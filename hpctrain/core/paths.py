@@ -82,6 +82,11 @@ class RunPaths:
     def packed_log(self) -> Path:
         return self.root / PACKED_LOG
 
+    @property
+    def hardware(self) -> Path:
+        """Each rank's hardware at its attempt's start, ``rank-<N>.json`` (rank 0's is in its ``started``)."""
+        return self.root / HPCTRAIN_DIR / "hardware"
+
 
 @dataclass(frozen=True)
 class SweepPaths:

@@ -26,6 +26,7 @@ raised it (the fold prefers a rank's own error to the fallout the others saw). N
 
 import contextvars
 import sys
+import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Union
 
 from hpctrain.core import events, summary
+from hpctrain.core.atomic import write_json_atomic
+from hpctrain.core.paths import RunPaths
 from hpctrain.core.state import State
 
 PathLike = Union[str, Path]
@@ -114,10 +117,27 @@ class Lifecycle:
         if skip_completed and self.completed_before():
             self.ended, self.why = State.COMPLETED, "completed before: nothing to start"
             return False
-        if self.writes and self.rank == 0:
-            events.started(self.run_dir, job_id=self.job_id, **details)
+        if self.writes:
+            self._record_hardware(details)
         self.started_with = details
         return True
+
+    def _record_hardware(self, details: Dict[str, Any]) -> None:
+        """What this attempt runs on (:mod:`hpctrain.job.hardware`): rank 0's in its ``started`` and metrics.json,
+        each other rank's in its own file (no rank reads or rewrites another's)."""
+        from hpctrain.job import hardware
+
+        facts = {**hardware.probe(), "key": events.slurm_key()}  # the Slurm job and restart: ranks matched by it
+        if self.rank == 0:
+            events.started(self.run_dir, job_id=self.job_id, **details, hardware=facts)
+            summary.write(self.run_dir, hardware=facts)
+            return
+        path = RunPaths(self.run_dir).hardware / f"rank-{self.rank}.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, {**facts, "rank": self.rank, "time": time.time()})
+        except OSError:  # a full disk: the run's facts, not its training; rank 0 records its own
+            pass
 
     # ---------------------------------------------------------------- end
     def end(self, outcome: Outcome, *, error: str = "", step: Optional[int] = None, reason: str = "",

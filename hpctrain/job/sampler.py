@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from hpctrain.core import summary as run_summary
 from hpctrain.core.paths import TB_DIR
+from hpctrain.job.hardware import visible_handles
 
 GB = 1024 ** 3
 
@@ -53,16 +54,9 @@ class _Gpus:
         except Exception:  # noqa: BLE001 - no driver, no library, no GPU: CPU and memory only
             return
         self.nvml = pynvml
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        wanted = [v.strip() for v in visible.split(",") if v.strip()] if visible else None
         try:
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-                uuid = pynvml.nvmlDeviceGetUUID(handle)
-                uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
-                if wanted is None or str(i) in wanted or uuid in wanted:
-                    self.handles.append(handle)
-        except Exception:  # noqa: BLE001 - a half-working driver: sample what was found
+            self.handles = visible_handles(pynvml, empty_is_all=True)
+        except Exception:  # noqa: BLE001 - a half-working driver: nothing sampled
             pass
 
     def read(self) -> "Optional[tuple[float, float]]":

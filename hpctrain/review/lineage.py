@@ -50,3 +50,11 @@ def section(ranking: Ranking, records: List[Any], app: Optional[str], sweep_dir:
     best_series = [(int(e["step"]), dict(e["params"])) for e in sched]
     images.append(plots.param_schedules(series, best.idx, best_series, max_steps, sweep_dir / "pbt_schedules.png"))
     return lines, replay_command(best, sched, app), images
+
+
+def params_said(ranking: Ranking, records: List[Any]) -> str:
+    """The best PBT trial's params as the launch summary says them (:func:`pbt.params_said`); "" otherwise."""
+    found = lineages(records)
+    if ranking.best is None or ranking.best.record.idx not in found:
+        return ""
+    return pbt.params_said(pbt.schedule(ranking.best.record.idx, found))

@@ -17,6 +17,7 @@ from hpctrain.core.paths import RunPaths
 from hpctrain.core.redact import redact_overrides, secret_hint
 from hpctrain.core.state import FAILURES, Direction, State
 from hpctrain.review import fmt
+from hpctrain.review import hardware as ran_on
 from hpctrain.review.runs import Run, fallback_metric
 from hpctrain.review.sweep import typed_value  # noqa: F401 - importable from here too
 
@@ -142,6 +143,9 @@ def result_rows(ranking: Ranking, swept: List[str]) -> List[Dict[str, Any]]:
         row.update(step=r.step, max_steps=r.max_steps, elapsed_s=r.elapsed_s, restarts=r.restarts, job_id=r.job_id,
                    run_dir=r.run_dir, log=r.log, overrides=" ".join(r.overrides),
                    error=(_error_tail(r.error, 1) or None))
+        hw = r.hardware  # what its latest attempt ran on
+        row.update(gpu_model=hw.get("gpu_model"), cpu_model=hw.get("cpu_model"),
+                   nodes=",".join(ran_on.nodes(hw)) or None)
         out.append(row)
     return out
 

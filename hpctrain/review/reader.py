@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from hpctrain.core.state import ACTIVE, Direction, State
+from hpctrain.review import hardware as ran_on
 from hpctrain.review.ranking import default_mode
 from hpctrain.review.runs import Run, collect, state_counts
 from hpctrain.review.sweep import SweepListing
@@ -80,7 +81,8 @@ class Sweep:
 
     def to_pandas(self) -> Any:
         """One row per run: index, name, a column per swept key and per metric, state, objective, restarts,
-        gpu_hours, cpu_hours, wall_s, estimated, requeues, redone_steps, redone_gpu_hours, step, run_dir."""
+        gpu_hours, cpu_hours, wall_s, estimated, requeues, redone_steps, redone_gpu_hours, step, run_dir, and
+        what it ran on: gpu_model, gpu_count, driver, cuda (torch's), cuda_driver, cpu_model, nodes."""
         try:
             import pandas as pd
         except ImportError:
@@ -148,6 +150,10 @@ def _row(r: Run) -> Dict[str, Any]:
                estimated=c.estimated if c else None, requeues=c.requeues if c else None,
                redone_steps=c.redone_steps if c else None, redone_gpu_hours=c.redone_gpu_hours if c else None,
                run_dir=str(r.run_dir) if r.run_dir else None)
+    hw = r.hardware  # what its latest attempt ran on (None where not recorded)
+    row.update(gpu_model=hw.get("gpu_model"), gpu_count=hw.get("gpu_count"), driver=hw.get("driver"),
+               cuda=hw.get("cuda"), cuda_driver=hw.get("cuda_driver"), cpu_model=hw.get("cpu_model"),
+               nodes=",".join(ran_on.nodes(hw)) or None)
     return row
 
 

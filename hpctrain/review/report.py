@@ -17,6 +17,7 @@ from hpctrain.core.state import FAILURES, Direction, State
 from hpctrain.submit import provenance
 from hpctrain.review import cost as costs
 from hpctrain.review import fmt, lineage, plots
+from hpctrain.review import hardware as ran_on
 from hpctrain.review import search as search_review
 from hpctrain.review.plots import Curve, read_scalars
 from hpctrain.review.ranking import (
@@ -126,6 +127,7 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     ranking = rank(records, metric, wanted or default_mode(metric, records), last)
     command = reproduce_command(ranking.best.record, manifest.app if manifest else None) if ranking.best else None
     pbt_lines, replay, pbt_images = lineage.section(ranking, records, manifest.app if manifest else None, sweep_dir)
+    pbt_said = lineage.params_said(ranking, records)  # which params: the launch summary says the same
     command = replay or command  # a PBT trial reproduces by its schedule replayed as one run, not its start values
     code: List[str] = []  # the commit(s) the best run's code came from; its command reruns that code
     if ranking.best and command:
@@ -138,7 +140,10 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     _table(ranking, swept, con)
     con.print(counts_line(sweep), soft_wrap=True)
     cost_lines = cost_section(sweep)
-    for line in cost_lines + [f"warning: {p}" for p in sweep.problems]:
+    ranked = [x.record for x in ranking.runs]
+    mixed = ran_on.mixed_warning(ranked)
+    hardware_lines = ran_on.lines(ranked) + ([f"warning: {mixed}"] if mixed else [])
+    for line in cost_lines + hardware_lines + [f"warning: {p}" for p in sweep.problems]:
         con.print(line, soft_wrap=True, markup=False, highlight=False)
     if ranking.best:
         b = ranking.best
@@ -146,6 +151,8 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
         con.print(f"\n[bold green]best:[/] #{b.record.idx} {escape(label)}  {escape(metric)} = {fmt.number(b.value)}"
                   f" ({'objective, ' if is_objective else ''}{ranking.mode})"
                   f"{'  (' + ranking.best_note + ')' if ranking.best_note else ''}", soft_wrap=True)
+        if pbt_said:
+            con.print(f"  PBT: {pbt_said}", soft_wrap=True, markup=False, highlight=False)
         con.print(Text.assemble(("reproduce: ", "bold"), command or ""), soft_wrap=True)
         for line in code:
             con.print(Text.assemble(("code: ", "bold"), line), soft_wrap=True)
@@ -186,7 +193,8 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
                  "json": json.dumps(json_data(ranking, sweep_dir, sweep.counts(), command, images), indent=1,
                                     sort_keys=True, default=str)}
         cost_md = "\n## Cost\n\n" + "\n".join(f"- {line}" for line in cost_lines) + "\n" if cost_lines else ""
-        texts["md"] = markdown(ranking, sweep_dir, swept, sweep.counts(), command, images) + cost_md
+        hardware_md = "\n## Hardware\n\n" + "\n".join(f"- {line}" for line in hardware_lines) + "\n" if hardware_lines else ""
+        texts["md"] = markdown(ranking, sweep_dir, swept, sweep.counts(), command, images) + cost_md + hardware_md
         for name, key in zip(names, ("md", "csv", "json")):
             write_text_atomic(sweep_dir / name, texts[key])
     except OSError as exc:

@@ -19,6 +19,7 @@ from hpctrain.core import events, summary
 from hpctrain.core.paths import RunPaths, SweepPaths
 from hpctrain.core.state import ACTIVE, FAILURES, FINAL, RESTING, EventKind, RunState, State
 from hpctrain.review import checkpoints
+from hpctrain.review import hardware as ran_on
 from hpctrain.review import cost as costs
 from hpctrain.review import jobs
 from hpctrain.review import search as search_review
@@ -62,6 +63,8 @@ class Run:
     cost: Optional[Cost] = None  # GPU-, CPU-hours and wall time over all attempts
     # each requeue's (step it stopped at, step of the checkpoint it resumed from), None where not recorded
     requeue_steps: List[Tuple[Optional[int], Optional[int]]] = field(default_factory=list)
+    # what its latest attempt ran on (hpctrain.job.hardware: node(s), GPU model, driver, CUDA, CPU model)
+    hardware: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", State(self.state))  # a state given as its JSON text
@@ -88,6 +91,20 @@ class Run:
     def checkpoint(self) -> Optional[Path]:
         """The newest complete checkpoint (``last.pt``, else ``previous.pt``; a torn file is not); None without one."""
         return checkpoints.newest_complete(self.run_dir)
+
+    @property
+    def hosts(self) -> Dict[int, str]:
+        """The node each rank of its latest attempt ran on (read when asked: a file per rank)."""
+        world = (summary.read(self.run_dir) or {}).get("world_size") if self.run_dir else None
+        return ran_on.hosts(self.run_dir, self.hardware, world if isinstance(world, int) else None)
+
+    @property
+    def hardware_by_attempt(self) -> List[Dict[str, Any]]:
+        """Each attempt's hardware, oldest first, as its ``started`` recorded it (``{}`` where it did not)."""
+        if self.run_dir is None:
+            return []
+        return [dict(e.data().get("hardware") or {}) for e in events.events(self.run_dir)
+                if e.kind is EventKind.STARTED]
 
     def __repr__(self) -> str:
         metric = (self.declared_objective or {}).get("metric", "objective")
@@ -401,6 +418,7 @@ def _row(sweep: SweepListing, spec: ListedRun, summary: Dict[str, Any], rs: RunS
         log=log, error=error, metrics=dict(values), declared_objective=_declared(sweep, summary),
         objective=_number(values.get(metric)) if metric else None, wall_s=sum(walls), attempts=len(walls),
         utilisation=utilisation, stage=stage, requeue_steps=requeue_steps,
+        hardware=dict(summary["hardware"]) if isinstance(summary.get("hardware"), dict) else {},
         cost=_cost(sweep, job_id, walls, alloc, accounting, shares, requeue_steps, step))
 
 

@@ -168,7 +168,7 @@ def run(sweep_dir: Path, port: Optional[int] = None, host: str = "127.0.0.1", to
     loopback = host in ("localhost", "127.0.0.1")
     names = [] if loopback else [login_host(), socket.gethostname(), socket.getfqdn()]
     ready, bound_fd = os.pipe()
-    session = {"token": secret, "prefix": prefix, "bound_fd": bound_fd, "hosts": names}
+    session = {"token": secret, "prefix": prefix, "bound_fd": bound_fd, "hosts": names, "pinned": pinned_cards(sweep)}
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, pass_fds=(bound_fd,))
     finally:

@@ -174,6 +174,24 @@ def schedule(number: int, lineages: Mapping[int, Sequence[Mapping[str, Any]]],
     return out
 
 
+def params_said(sched: Sequence[Mapping[str, Any]]) -> str:
+    """A PBT trial's params as the launch summary and ``report`` both name them: the final ones (what its
+    weights were trained with last), and, when its schedule changed them, the step they came in at and the
+    values its weights started with."""
+    if not sched:
+        return ""
+    final, first = sched[-1], sched[0]
+    said = f"final params {_shown(final['params'])}"
+    if len(sched) == 1:
+        return said + " (its schedule never changed them)"
+    return (f"{said} (from step {final['step']}; its weights started with {_shown(first['params'])}: "
+            f"the schedule, {len(sched)} stretches, is in `hpctrain report`)")
+
+
+def _shown(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))
+
+
 def replay_overrides(sched: Sequence[Mapping[str, Any]]) -> List[str]:
     """Overrides that train one run with ``sched``: the first entry's values, and the trainer's ``schedule``
     key for every later change (``schedule=[{step:N,lr:...},...]``)."""

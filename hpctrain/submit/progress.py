@@ -22,8 +22,9 @@ MAX_SHOWN = 20  # running runs drawn in the block; more are counted on one line
 QUIET = (State.QUEUED, State.HELD)  # waiting is not an event
 
 
-# a search's trials as the sweep lists them: their specs, their labels (params) by idx, how many to come
-Found = Tuple[Sequence[Any], Dict[int, str], Optional[int]]
+# a search's trials as the sweep lists them: their specs, their labels (params) by idx, how many to come, and
+# the search's settings (sweep.json's "search": scheduler, rungs, max_steps) for its ETA
+Found = Tuple[Sequence[Any], Dict[int, str], Optional[int], Optional[Dict[str, Any]]]
 
 
 @dataclass
@@ -69,11 +70,12 @@ def trials_of(sweep_dir: Any) -> Found:
     """A search's trials from sweep.json: each labelled by its parameters (``lr=0.01398``), and n_trials."""
     found = manifest.read(sweep_dir)
     if found is None:
-        return [], {}, None
+        return [], {}, None, None
     labels = {idx: " ".join(f"{k}={_short(v)}" for k, v in (entry.extra.get("params") or {}).items())
               for idx, entry in found.runs.items()}
     total = (found.search or {}).get("n_trials")
-    return [e.spec for e in found.runs.values()], labels, total if isinstance(total, int) else None
+    return ([e.spec for e in found.runs.values()], labels, total if isinstance(total, int) else None,
+            dict(found.search) if found.search else None)
 
 
 def _short(value: Any) -> str:
@@ -105,6 +107,8 @@ class Progress:
         self.labels = dict(zip((r.idx for r in self.runs), swept_labels([r.overrides for r in self.runs])))
         self.discover = discover
         self.total: Optional[int] = None  # the runs to come where they are discovered (a search's n_trials)
+        self.search: Optional[Dict[str, Any]] = None  # a search's settings: its ETA from the trials' speed
+        self.first_ran: Optional[float] = None  # when a trial was first seen started (the clock's time)
         self.stream = stream or sys.stdout
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.interval_s = max(interval_s, len(self.runs) / 1000)  # ~0.25 ms a record: 10,000 read every 10 s
@@ -123,7 +127,7 @@ class Progress:
     def _discover(self) -> None:
         """Add the runs that appeared since the last read (a search's trials, as its workers start them)."""
         assert self.discover is not None
-        specs, labels, self.total = self.discover()
+        specs, labels, self.total, self.search = self.discover()
         for spec in specs:
             if spec.idx not in self.seen:
                 self.runs.append(spec)
@@ -154,7 +158,10 @@ class Progress:
                 "failed": sum(s in FAILURES for s in states)}
 
     def eta_s(self) -> Optional[float]:
-        """Time left, from the share of the work done so far (steps where the runs have a budget)."""
+        """Time left: a search's from its trials' measured speed (:mod:`hpctrain.search.eta`); a grid's from
+        the share of the work done so far (steps where the runs have a budget)."""
+        if self.search is not None:
+            return self._search_eta(self.search)
         share = 0.0
         for s in self.seen.values():
             if s.state in FINAL:
@@ -166,6 +173,17 @@ class Progress:
         if share <= 0 or share >= 1 or elapsed <= 0:
             return None
         return elapsed * (1 - share) / share
+
+    def _search_eta(self, search: Dict[str, Any]) -> Optional[float]:
+        from hpctrain.search import eta
+
+        now = self.clock()
+        if self.first_ran is None:
+            if not any(s.state is not None and s.state not in QUIET for s in self.seen.values()):
+                return None
+            self.first_ran = now  # the speed is measured from the first trial's start, not the workers' launch
+        trials = [eta.Trial(s.step or 0, s.state in FINAL, s.state is State.PAUSED) for s in self.seen.values()]
+        return eta.eta_s(trials, self.total, search, now - self.first_ran)
 
     # ------------------------------------------------------------------ lines
     def counts_text(self) -> str:

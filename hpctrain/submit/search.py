@@ -183,7 +183,9 @@ class SearchSweeper(Sweeper):
         print(f"search {sweep_dir}: {_counts(counts)}")
         try:
             best = study.best_trial
-            print(f"  best: trial {best.number} {settings.metric or 'value'}={best.value:.6g} {best.params}")
+            said = _pbt_params(sweep_dir, best.number) if settings.scheduler == "pbt" else ""
+            print(f"  best: trial {best.number} {settings.metric or 'value'}={best.value:.6g} "
+                  f"{said or ('params ' + str(best.params))}")
         except ValueError:
             print("  no trial completed")
         print(f"  Next: python -m hpctrain report {sweep_dir}")
@@ -270,3 +272,18 @@ def _pbt_problems(space: Space, mutable: Optional[Collection[str]] = None) -> Li
 
 def _counts(counts: Dict[str, int]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
+
+
+def _pbt_params(sweep_dir: Path, number: int) -> str:
+    """A PBT trial's params said as ``report`` says them (final, and what its weights started with), from the
+    trials' lineages in their metrics.json; "" when they are not there."""
+    from hpctrain.core import summary
+    from hpctrain.search import pbt
+
+    found = manifest.read(sweep_dir)
+    lineages = {}
+    for n, entry in (found.runs if found is not None else {}).items():
+        lineage = (summary.read(entry.spec.run_dir) or {}).get("lineage")
+        if isinstance(lineage, list) and lineage:
+            lineages[n] = lineage
+    return pbt.params_said(pbt.schedule(number, lineages)) if number in lineages else ""
