@@ -17,8 +17,8 @@ usage: python -m hpctrain [OVERRIDES]          one training run, in this process
        python -m hpctrain tensorboard [SWEEP_DIR]   TensorBoard over the sweep, on 127.0.0.1
 SWEEP_DIR defaults to the newest sweep under ./multirun; `python -m hpctrain COMMAND --help` for each.
 
-Keys (override with key=value): lr, batch_size (global), grad_accum, max_steps, seed,
-  precision (32|bf16|fp16), compile, log_every, eval_every, ckpt_every, objective.metric, objective.mode
+Keys (override with key=value; `--cfg job` shows their values):
+{keys}
 {groups}
 Sweeps: python -m hpctrain -m lr=1e-3,1e-4 seed=0,1   (hydra/launcher=local|slurm; default: slurm when
   sbatch is on PATH). Search: hydra/sweeper=search 'lr=tag(log, interval(1e-4, 1e-1))' hydra.sweeper.n_trials=20
@@ -26,6 +26,40 @@ Your own model or data: model._target_=pkg.module.Net data._target_=pkg.module.m
 
 More: --cfg job (the composed config), --hydra-help (Hydra's own flags), --version, README.md.
 """
+
+
+# every key of hpctrain.schema.TrainConfig, one line each (a test fails on a schema key left out)
+KEYS = {
+    "lr": "base learning rate (3e-3)",
+    "batch_size": "global batch: world_size x grad_accum x micro-batch (64)",
+    "grad_accum": "micro-batches per optimizer step (1)",
+    "max_steps": "optimizer steps in the run (200)",
+    "warmup_steps": "linear warm-up steps before the cosine decay (10)",
+    "min_lr_ratio": "the cosine decays to lr x min_lr_ratio (0.1)",
+    "schedule": "[{step: N, lr: ...}]: values from step N on (a PBT schedule replayed)",
+    "grad_clip": "clip the gradient norm to this; 0: no clipping (1.0)",
+    "seed": "seed of the model's init and the data order (0)",
+    "precision": "32 | bf16 | fp16 (32)",
+    "compile": "torch.compile the model (false)",
+    "device": "auto | cpu | cuda (auto: cuda when there is one)",
+    "num_workers": "data loader worker processes (0)",
+    "log_every": "steps between train/* logs and progress lines (10)",
+    "eval_every": "steps between evaluations; 0: at the end only (100)",
+    "eval_batches": "micro-batches per evaluation; 0: the whole validation set (20)",
+    "ckpt_every": "steps between checkpoints; 0: at the end (and on preemption) only (100)",
+    "max_nonfinite": "log steps in a row a NaN/Inf loss may last before the run fails (0)",
+    "objective": "objective.metric (val/loss) and objective.mode (min | max): what a sweep optimises",
+    "metrics": "name -> {_target_: fn(outputs, targets)}: each logs val/<name> (group below)",
+    "model": "model.<key>, or model._target_=pkg.module.Net for your own (group below)",
+    "data": "data.<key>, or data._target_=pkg.module.make_data for your own (group below)",
+    "optim": "optim.<key> (optim.weight_decay, ...), or optim._target_ (group below)",
+    "loss": "loss._target_ (group below)",
+}
+
+
+def _keys() -> str:
+    width = max(len(k) for k in KEYS)
+    return "\n".join(f"  {key:<{width}}  {text}" for key, text in KEYS.items())
 
 
 def _groups() -> str:
@@ -64,7 +98,60 @@ def pick_launcher(argv: List[str]) -> List[str]:
     choice = "slurm" if shutil.which("sbatch") else "local"
     why = "sbatch found on PATH" if choice == "slurm" else "no sbatch on PATH"
     print(f"hpctrain: launcher {choice} ({why}; choose with hydra/launcher=local|slurm)", file=sys.stderr)
-    return argv + [f"hydra/launcher={choice}"]
+    return [f"hydra/launcher={choice}"] + argv
+
+
+def overrides_first(argv: List[str]) -> List[str]:
+    """``argv`` with its overrides moved before Hydra's flags: Hydra's parser takes overrides as one run of
+    words, so one after ``--cfg job`` or ``--info`` is refused with its usage text (or swallowed as the flag's
+    value)."""
+    from hpctrain._compat.hydra import hydra_args
+
+    args = hydra_args(argv)
+    if args is None:
+        return argv  # Hydra's parser says what is wrong
+    given, rest, i = list(args.overrides), [], 0
+    for k, arg in enumerate(argv):
+        before = argv[k - 1] if k else ""
+        flag_value = before in _WITH_VALUE and not arg.startswith("-") and (before not in ("--info", "-i")
+                                                                            or "=" not in arg)
+        if i < len(given) and arg == given[i] and not flag_value:
+            i += 1
+        else:
+            rest.append(arg)
+    return given + rest
+
+
+_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn",
+               "--package", "-p", "--experimental-rerun")
+_SHOW = ("--cfg", "-c", "--info", "-i")  # Hydra's flags that print a config or facts instead of running
+
+
+def shown_once(argv: List[str]) -> List[str]:
+    """``-m ... --cfg job``: Hydra takes only one of -m, --cfg and --info (a traceback otherwise); --cfg and
+    --info compose one config, so -m is dropped. A sweep has no one config: refused in one line."""
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    if not multirun or not any(a.split("=", 1)[0] in _SHOW for a in argv):
+        return argv
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hpctrain._compat.hydra import hydra_args
+
+    args = hydra_args(argv)
+    try:
+        swept = [o for o in OverridesParser.create().parse_overrides(list(args.overrides) if args else [])
+                 if o.is_sweep_override()]
+    except Exception:  # noqa: BLE001 - Hydra's grammar error is one line already
+        swept = []
+    if swept:
+        o = swept[0]
+        raise _Refused(f"{o.get_key_element()}: --cfg and --info show one config, and {o.input_line} is a sweep; "
+                       f"give it one value to see that run's config")
+    return [a for a in argv if a not in ("-m", "--multirun")]
+
+
+class _Refused(Exception):
+    """A command line refused before Hydra runs: its one line."""
 
 
 class _CompactErrors:
@@ -153,10 +240,22 @@ def _in_job(exc: BaseException) -> bool:
     return False
 
 
+def _too_large(overrides: List[Any]) -> Optional[str]:
+    """A sweep with more points than hpctrain plans, refused before anything is composed (the sweeper checks
+    again against the launcher's queue)."""
+    from hpctrain.submit.sweeper import size_problem
+
+    try:
+        problem = size_problem(overrides, None)
+    except Exception:  # noqa: BLE001 - values listed only by Hydra's loader (a glob): the sweeper counts them
+        return None
+    return f"nothing submitted: {problem}" if problem else None
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["--help"], ["-h"], ["help"]) and len(argv) == 1:
-        print(HELP.format(groups=_groups()))
+        print(HELP.format(keys=_keys(), groups=_groups()))
         return
     if argv == ["--version"]:
         print(_version())
@@ -173,7 +272,23 @@ def main(argv: Optional[List[str]] = None) -> None:
     if found:
         print("\n".join(f"hpctrain: {p}" for p in found), file=sys.stderr)
         sys.exit(1)
-    sys.argv = [sys.argv[0]] + pick_launcher(argv)
+    argv = pick_launcher(overrides_first(argv))
+    try:
+        argv = shown_once(argv)
+    except _Refused as exc:
+        print(f"hpctrain: {exc}", file=sys.stderr)
+        sys.exit(1)
+    from hpctrain.schema import register_configs
+    from hpctrain.submit.checks import unread_key
+    from hpctrain.submit.keys import command_line_problems
+
+    register_configs()  # the schema the app's config names (hpctrain.app registers it too, on import)
+    found = command_line_problems(argv, "pkg://hpctrain.conf", "config", unread=unread_key,  # once per key
+                                  before=_too_large)
+    if found:
+        print("\n".join(f"hpctrain: {p}" for p in found), file=sys.stderr)
+        sys.exit(1)
+    sys.argv = [sys.argv[0]] + argv
     from hpctrain.app import main as hydra_main
 
     stderr, sys.stderr = sys.stderr, _CompactErrors(sys.stderr)

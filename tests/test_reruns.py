@@ -54,7 +54,7 @@ def wrapped_bin(tmp_path: Path, **tools: str) -> Path:
 
 
 def sweep_args(sweep: Path, points: str = "1,2", *extra: str) -> list:
-    return ["-m", f"+tag={points}", "max_steps=20", "log_every=10", "eval_every=0", "hydra/launcher=slurm",
+    return ["-m", f"seed={points}", "max_steps=20", "log_every=10", "eval_every=0", "hydra/launcher=slurm",
             f"hydra.sweep.dir={sweep}", *extra]
 
 

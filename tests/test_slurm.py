@@ -59,12 +59,12 @@ def test_two_nodes_two_tasks_each_is_four_gloo_ranks(tmp_path):
 
 def test_preempted_run_requeues_resumes_and_matches_uninterrupted(tmp_path, mode):
     sweep = tmp_path / "sweep"
-    args = ["-m", "+tag=preempted,uninterrupted", "max_steps=4000", "log_every=20", "eval_every=0",
+    args = ["-m", "seed=0,0", "max_steps=4000", "log_every=20", "eval_every=0",
             "ckpt_every=0", "model.hidden=64", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}", *mode.args]
     run_hpctrain(args, cwd=tmp_path, timeout=60, env=mode.env)
     job = job_id(sweep)
     try:
-        preempted, uninterrupted = sweep / "0_+tag=preempted", sweep / "1_+tag=uninterrupted"
+        preempted, uninterrupted = sweep / "0", sweep / "1"  # seed=0,0: the same run twice
         wait_for(lambda: metrics(preempted).get("step", 0) >= 200, 120, "the run to be under way")
         subprocess.run(["scancel", "--signal=USR2", "--full", f"{job}_0"], check=True)
         wait_for(lambda: metrics(preempted).get("status") == "requeued", 60, "the checkpoint on USR2")
@@ -133,12 +133,12 @@ def test_preempted_two_rank_run_agrees_on_the_step_and_resumes(tmp_path):
     checkpoints, the job requeues and resumes, and ends with the weights of the same two-rank run never
     interrupted."""
     sweep = tmp_path / "sweep"
-    run_hpctrain(["-m", "+tag=preempted,uninterrupted", "max_steps=1000", "log_every=10", "eval_every=0",
+    run_hpctrain(["-m", "seed=0,0", "max_steps=1000", "log_every=10", "eval_every=0",
                   "ckpt_every=0", "model.hidden=64", "hydra/launcher=slurm", "hydra.launcher.tasks_per_node=2",
                   f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=60)
     job = job_id(sweep)
     try:
-        run_dir, uninterrupted = sweep / "0_+tag=preempted", sweep / "1_+tag=uninterrupted"
+        run_dir, uninterrupted = sweep / "0", sweep / "1"  # seed=0,0: the same run twice
         wait_for(lambda: (metrics(run_dir).get("step") or 0) >= 100, 300, "the run to be under way")
         assert metrics(run_dir)["world_size"] == 2
         subprocess.run(["scancel", "--signal=USR2", "--full", f"{job}_0"], check=True)

@@ -3,12 +3,27 @@
 When a release moves one of these, this module is the one to change (canaries: tests/test_compat.py).
 """
 
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 # Hydra: the basic sweeper's class (hpctrain's sweeper extends it; review expands a sweep with its
 # split_arguments) and the config loader's internals used to plan 1000 points without composing each.
 from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname  # noqa: F401
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # noqa: F401
+
+if TYPE_CHECKING:
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    """``BasicSweeper``, imported once Hydra's plugin scan has run: the scan loads the module again, and a
+    sweeper subclassing the class of an earlier import fails Hydra's ``super(BasicSweeper, self)``."""
+    if name == "BasicSweeper":
+        from hydra.core.plugins import Plugins
+
+        Plugins.instance()  # the scan (once per process)
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+        return BasicSweeper
+    raise AttributeError(name)
 
 
 def apply_overrides(overrides: List[Any], cfg: Any) -> None:
@@ -39,3 +54,33 @@ def stored_value(ret: Any) -> Any:
     """A JobReturn's value, or its exception when the job failed, without raising it
     (``JobReturn.return_value`` re-raises a failed job's exception)."""
     return ret._return_value
+
+
+def hydra_args(argv: List[str]) -> Optional[Any]:
+    """Hydra's own reading of a command line (its flags and overrides, these read wherever they stand among
+    the flags), None where its parser refuses it."""
+    import contextlib
+    import io
+
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage text: Hydra prints it again itself
+            args, rest = get_args_parser().parse_known_intermixed_args(argv)
+    except (SystemExit, TypeError):
+        return None
+    return None if rest else args
+
+
+def app_config_loader(config_path: str, config_dir: Optional[str]) -> Any:
+    """The config loader Hydra's ``@hydra.main(config_path=...)`` builds, ``--config-dir`` included."""
+    import os
+
+    from hydra._internal.utils import create_automatic_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+
+    search_path = create_automatic_config_search_path(None, None, config_path)
+    if config_dir is not None:
+        search_path.prepend(provider="command-line", path=f"file://{os.path.abspath(config_dir)}",
+                            anchor=SearchPathQuery(provider="schema"))
+    return config_loader(search_path)

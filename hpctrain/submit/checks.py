@@ -230,32 +230,29 @@ def _defines(tree: ast.Module, name: str) -> bool:
     return False
 
 
-# names people type for hpctrain's keys: the closest is suggested for a key nothing reads
-_ALIASES = {"learning_rate": "lr", "lr_rate": "lr", "batchsize": "batch_size", "bs": "batch_size",
-            "steps": "max_steps", "num_steps": "max_steps", "max_iters": "max_steps", "iterations": "max_steps",
-            "epochs": "max_steps", "accumulate_grad_batches": "grad_accum", "gradient_accumulation": "grad_accum",
-            "weight_decay": "optim.weight_decay", "warmup": "warmup_steps", "dtype": "precision",
-            "amp": "precision", "clip_grad": "grad_clip", "random_seed": "seed"}
-
-
 def unread_keys(cfg: Mapping[str, Any]) -> List[str]:
     """A warning per top-level key that hpctrain's app does not read (added with ``+key=value``), with the
     closest key it knows: ``+lerning_rate=1e-3`` trains at the default lr otherwise, silently."""
-    import difflib
+    return [f"{key}: {line}" for key in cfg.keys() if (line := unread_key(str(key)))]
+
+
+def unread_key(key: str, swept: Optional[int] = None) -> Optional[str]:
+    """What is wrong with a top-level ``key`` hpctrain's app does not read, None for one it reads.
+    ``swept``: the number of values a sweep gives it (0: a search's interval)."""
     from dataclasses import fields
 
     from hpctrain.schema import TrainConfig
+    from hpctrain.submit.keys import closest
 
     known = [f.name for f in fields(TrainConfig)]
-    out = []
-    for key in cfg.keys():
-        if key in known:
-            continue
-        names = known + list(_ALIASES)
-        close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
-        hint = f"; did you mean {_ALIASES.get(close[0], close[0])}?" if close else ""
-        out.append(f"{key}: hpctrain's app does not read this key, so it changes nothing{hint}")
-    return out
+    if key in known:
+        return None
+    near = closest(key, known)
+    hint = f"; did you mean {near}?" if near else ""
+    if swept is None:
+        return f"hpctrain's app does not read this key, so it changes nothing{hint}"
+    what = f"{swept} identical runs" if swept else "a search that explores nothing"
+    return f"hpctrain's app does not read this key, so sweeping it gives {what}{hint}"
 
 
 # ---------------------------------------------------------------- search schedulers (hydra.sweeper.scheduler)

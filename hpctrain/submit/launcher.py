@@ -34,6 +34,7 @@ from hpctrain.submit.checks import script_field_problems
 from hpctrain.submit.code import CodeStage
 from hpctrain.submit.container import check_args, check_container, container_command, default_binds
 from hpctrain.submit.errors import LaunchError
+from hpctrain.submit.keys import swept_problems
 from hpctrain.submit.lock import one_submission
 from hpctrain.submit.plan import PlannedRun, constant_keys, exclude_from_names, job_id_note, plan_runs
 from hpctrain.submit.results import Returns
@@ -170,7 +171,11 @@ class BaseLauncher(Launcher):
         # the user's own app (its code in the snapshot): run dirs named by values; an installed one keeps Hydra's
         runs, problems = plan_runs(self.hydra_context, self.config, job_overrides, initial_job_idx, self._inspect(),
                                    by_values=self.code.app is not None)
+        if problems:  # a swept key or value no point takes: one line for it, not one per point
+            problems = swept_problems(self.hydra_context.config_loader, self.config, job_overrides) or problems
         problems = self.check(runs, sweep_dir) + problems
+        if len(problems) == 1:
+            raise LaunchError(f"nothing submitted: {problems[0]}")
         if problems:
             lines = "\n".join(f"  {p}" for p in problems)
             raise LaunchError(f"nothing submitted: {len(problems)} problem(s):\n{lines}")

@@ -10,19 +10,18 @@ The sweep's size is counted from its parsed overrides before any point is listed
 Hydra writes multirun.yaml): ``seed=range(0,1000000)`` is refused in well under a second, not planned.
 """
 
-import decimal
-import itertools
 import math
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence
 
-from hydra.core.override_parser.types import ChoiceSweep, Override, RangeSweep
+from hydra.core.override_parser.types import Override
 
 from hpctrain._compat.hydra import BasicSweeper
 from hpctrain.core.atomic import write_bytes_atomic
 from hpctrain.core.paths import SweepPaths
 from hpctrain.submit.errors import LaunchError
+from hpctrain.submit.keys import count_values
 from hpctrain.submit.launcher import BaseLauncher, implementation_of
 
 MAX_POINTS = 100_000  # points one sweep may plan: 10x the largest benchmarked (benchmarks/README.md)
@@ -109,7 +108,7 @@ def _scrub(multirun: Path, before: Optional[bytes], made: Optional[Path]) -> Non
 
 def size_problem(overrides: Sequence[Override], launcher: Optional[BaseLauncher]) -> Optional[str]:
     """One line when the sweep has more points than hpctrain plans at once or the cluster queues, else None."""
-    sizes = {o.get_key_element(): count_values(o) for o in overrides}  # a key given twice: the last one counts
+    sizes = {o.get_key_element(): count_values(o, MAX_POINTS + 1) for o in overrides}  # a key given twice: the last one counts
     points = math.prod(sizes.values())
     swept = " x ".join(f"{key}: {n}" for key, n in sizes.items() if n != 1)
     if points > MAX_POINTS:
@@ -121,20 +120,3 @@ def size_problem(overrides: Sequence[Override], launcher: Optional[BaseLauncher]
         return (f"the sweep has {points} points ({swept}), {tasks} jobs in the queue (array tasks), and the "
                 f"cluster holds at most {most} (MaxJobCount): pack runs (hydra.launcher.runs_per_task) or split it")
     return None
-
-
-def count_values(o: Override) -> int:
-    """How many values a sweep override lists (1 for a plain value), without listing a range."""
-    if not o.is_sweep_override():
-        return 1
-    value = o.value()
-    if isinstance(value, ChoiceSweep):
-        return len(value.list)
-    if isinstance(value, RangeSweep) and value.start is not None and value.stop is not None:
-        if all(isinstance(v, int) for v in (value.start, value.stop, value.step)):
-            return len(range(int(value.start), int(value.stop), int(value.step)))
-        start, stop, step = (decimal.Decimal(v) for v in (value.start, value.stop, value.step))
-        return max(0, math.ceil((stop - start) / step)) if step else 0
-    if not o.is_discrete_sweep():
-        return 1  # an interval: BasicSweeper refuses it with its own message
-    return sum(1 for _ in itertools.islice(o.sweep_iterator(), MAX_POINTS + 1))
