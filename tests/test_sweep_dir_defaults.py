@@ -22,7 +22,8 @@ def test_a_dry_run_and_a_refused_sweep_leave_the_default_on_the_last_real_sweep(
     dry = run_hpctrain([*base, "hydra.launcher.dry_run=true"], cwd=tmp_path)
     assert "dry run: nothing submitted" in dry.stdout, dry.stdout + dry.stderr
     time.sleep(1.1)
-    refused = run_hpctrain(["-m", "lr=0.01,abc", "max_steps=5", "hydra/launcher=local"], cwd=tmp_path, check=False)
+    refused = run_hpctrain(["-m", "lr=0.01,0.02", "max_steps=5", "hydra/launcher=local", "hydra.launcher.max_retries=-1"],
+                           cwd=tmp_path, check=False)
     assert refused.returncode != 0 and "nothing submitted" in refused.stdout + refused.stderr, refused.stderr
     assert sweep_dirs(tmp_path) == real, "a dry run or a refused sweep left a sweep dir behind"
     assert [p.name for p in (tmp_path / "multirun").iterdir()] == [real[0].split("/")[1]]  # no empty date dir
