@@ -23,3 +23,14 @@ def test_reading_a_record_parses_its_names_and_folds_in_few_calls(tmp_path):
     # measured: 104 and 278 calls (the failed one opens its error's file); before, 154 and 331
     assert _calls(lambda: events.read(done)) <= 115
     assert _calls(lambda: events.read(failed)) <= 295
+
+
+def test_a_run_row_given_its_state_does_not_parse_it_again():
+    from hpctrain.core.state import State
+    from hpctrain.review.runs import Run
+
+    def make():
+        return Run(idx=0, name="a", values={}, overrides=[], run_dir=None, job_id=None, state=State.COMPLETED)
+
+    assert make().state is State.COMPLETED and Run(**{**make().to_dict(), "state": "failed"}).state is State.FAILED
+    assert _calls(make) <= 4  # the dataclass's init and its check; an Enum call more (~25 us a row) before

@@ -188,9 +188,9 @@ def parse_name(name: str, directory: str = "") -> Optional[Event]:
         if not text:
             continue
         if tag == "s":
-            sub = _int(text)
+            sub = int(text) if text.isdigit() else None
         elif tag == "a":
-            att = _int(text)
+            att = int(text) if text.isdigit() else None
         elif tag == "k":
             key = text
     try:
@@ -202,10 +202,6 @@ def parse_name(name: str, directory: str = "") -> Optional[Event]:
 
 
 _KINDS = {k.value: k for k in EventKind}
-
-
-def _int(text: Optional[str]) -> Optional[int]:
-    return int(text) if text is not None and text.isdigit() else None
 
 
 def _events_in(directory: str) -> List[Event]:

@@ -64,7 +64,8 @@ class Run:
     requeue_steps: List[Tuple[Optional[int], Optional[int]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "state", State(self.state))  # a state given as its JSON text
+        if type(self.state) is not State:  # a state given as its JSON text (an Enum call costs ~25 us a run)
+            object.__setattr__(self, "state", State(self.state))
 
     def to_dict(self) -> Dict[str, Any]:
         """As ``status --json`` and results.json write a run: its fields by their names."""
