@@ -51,3 +51,14 @@ def test_a_new_sweeps_rerun_check_reads_nothing_per_run(tmp_path):
     per_run = (_calls(lambda: rerun.sort(runs, "app", tmp_path, lambda ids: set())) - _calls(
         lambda: rerun.sort(runs[:1], "app", tmp_path, lambda ids: set()))) / 99
     assert per_run <= 15, per_run  # measured: 11 calls a run; 207 before
+
+
+def test_the_read_side_imports_no_process_library():
+    """``hpctrain.load`` and ``status`` of a Slurm sweep never ask about a local pid: psutil (6 modules, ~30 ms)
+    is imported where a pid is asked about, not at import."""
+    import subprocess
+
+    code = ("import sys, hpctrain; hpctrain.load; import hpctrain.review.status, hpctrain.review.cli; "
+            "print('psutil' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
