@@ -1,7 +1,7 @@
 """The login-node figures of two commits side by side: 1,000 points queued, ``status`` and ``to_pandas()`` on
 10,000 runs, each repeat running the base commit and this checkout one right after the other (A, B, A, B, ...).
 
-The base commit (default c674726, the last commit before issue 28's work) is unpacked with ``git archive`` into
+The base commit (default c674726, the last commit before issue 28's work) is checked out in a shared clone in
 a temporary directory and put first on ``PYTHONPATH`` (the venv's editable install of this checkout is a plain
 path entry that comes after it; the script checks which hpctrain each side imports). Both sides read the same
 10,000-run sweep dir, built once as ``status_1000.py`` builds its own, and submit the same 1,000-point sweep
@@ -49,10 +49,10 @@ WHERE = "import hpctrain; print(hpctrain.__file__)"
 
 
 def unpack(commit: str, dest: Path) -> Path:
-    """The commit's tree in ``dest`` (no git metadata: nothing is added to the repository's worktrees)."""
-    dest.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    """The commit checked out in a clone of this repository at ``dest`` (a git work tree, as this checkout is:
+    the code snapshot of each side is taken alike; ``--shared``: nothing is written to this repository)."""
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(ROOT), str(dest)], check=True)
+    subprocess.run(["git", "-C", str(dest), "checkout", "-q", "--detach", commit], check=True)
     return dest
 
 
