@@ -5,7 +5,7 @@ into a Slurm-style sweep of N runs, squeue/sacct counted through wrappers on PAT
 whole call (best of 3), its CPU time (user + system of the process and its squeue/sacct children: what a
 loaded machine does not inflate as much) and whether torch was imported, the figure last.
 
-    .venv/bin/python benchmarks/api_10000.py [--runs 10000]
+    .venv/bin/python benchmarks/api_10000.py [--runs 10000] [--raw-submitit fake|real]
 """
 
 import argparse
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from status_1000 import build_sweep, counting_bin, make_source  # noqa: E402
+from status_1000 import build_sweep, counting_bin, make_source, raw_reference  # noqa: E402
 
 CODE = """
 import sys, time
@@ -34,11 +34,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=10000)
     p.add_argument("--source", type=Path, help="a finished sweep whose runs are copied (default: make one)")
+    p.add_argument("--sweep", type=Path, help="a sweep dir built before by build_sweep (with as many runs)")
+    p.add_argument("--raw-submitit", choices=("fake", "real"),
+                   help="also time raw submitit map_array of as many tasks in the same run (sbatch fake or real)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="hpctrain-api-bench-") as tmp:
         work = Path(tmp)
-        source = args.source or make_source(work)
-        sweep = build_sweep(source.absolute(), work / "sweep", args.runs)
+        if args.sweep:  # built before (build_sweep): read as it is
+            sweep = args.sweep.absolute()
+        else:
+            sweep = build_sweep((args.source or make_source(work)).absolute(), work / "sweep", args.runs)
         bin_dir = counting_bin(work)
         env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
                    HPCTRAIN_CALLS_LOG=str(bin_dir / "calls.log"))
@@ -56,8 +61,11 @@ def main() -> None:
         calls = (bin_dir / "calls.log").read_text().split() if (bin_dir / "calls.log").exists() else []
         print(f"calls in 3 loads: squeue {calls.count('squeue')}, sacct {calls.count('sacct')}")
         print(f"CPU time (user + system, best of 3): {min(cpu):.2f} s; load average now {os.getloadavg()[0]:.1f}")
+        raw = raw_reference(work, args.runs, args.raw_submitit) if args.raw_submitit else None
+    ratio = f"; raw submitit map_array of {args.runs} tasks {raw:.2f} s, ratio {statistics.median(times) / raw:.2f}" if (
+        raw) else ""
     print(f"load().to_pandas() on {args.runs} runs: {min(times):.2f} s whole process, {min(inside):.2f} s in it "
-          f"(best of 3; median {statistics.median(times):.2f} s)")
+          f"(best of 3; median {statistics.median(times):.2f} s{ratio})")
 
 
 if __name__ == "__main__":

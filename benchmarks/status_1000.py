@@ -8,6 +8,9 @@ one in twenty never started. The timed command is the whole CLI in a fresh inter
     python benchmarks/status_1000.py                      # makes a small real local sweep first (~20 s)
     python benchmarks/status_1000.py --source SWEEP_DIR   # or copies the runs of an existing sweep
 
+``--raw-submitit fake|real``: raw submitit ``map_array`` of as many tasks timed in the same run (see
+submit_sweep.py), printed with the ratio.
+
 ``--runs 10000``: a sweep past the cluster's array limit, its runs spread over arrays of 1001 tasks (as
 the launcher splits them); `squeue` and `sacct` earlier on PATH count the calls status makes (the budget:
 one squeue, at most one sacct per invocation).
@@ -138,15 +141,37 @@ def make_source(work: Path) -> Path:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--source", type=Path, help="a finished sweep whose runs are copied (default: make one)")
+    p.add_argument("--sweep", type=Path, help="a sweep dir built before by build_sweep (with as many runs)")
     p.add_argument("--runs", type=int, default=1000)
+    p.add_argument("--raw-submitit", choices=("fake", "real"),
+                   help="also time raw submitit map_array of as many tasks in the same run (sbatch fake or real), "
+                        "the reference whose ratio holds on a loaded machine")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="hpctrain-status-bench-") as tmp:
         work = Path(tmp)
-        source = args.source or make_source(work)
-        sweep = build_sweep(source.absolute(), work / "sweep", args.runs)
+        if args.sweep:  # built before (build_sweep): read as it is
+            sweep = args.sweep.absolute()
+        else:
+            sweep = build_sweep((args.source or make_source(work)).absolute(), work / "sweep", args.runs)
         times = time_status(sweep, counting_bin(work))
+        raw = raw_reference(work, args.runs, args.raw_submitit) if args.raw_submitit else None
+    ratio = f"; raw submitit map_array of {args.runs} tasks {raw:.2f} s, ratio {statistics.median(times) / raw:.2f}" if (
+        raw) else ""
     print(f"status on {args.runs} runs: {min(times):.2f} s (best of {len(times)}; "
-          f"median {statistics.median(times):.2f} s; whole CLI in a fresh interpreter)")
+          f"median {statistics.median(times):.2f} s; whole CLI in a fresh interpreter; load average "
+          f"{os.getloadavg()[0]:.1f}{ratio})")
+
+
+def raw_reference(work: Path, n: int, sbatch: str) -> float:
+    """Raw submitit queueing ``n`` held tasks (``submit_sweep.run_raw_submitit``), command start to return."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import submit_sweep
+
+    ref = work / "raw-reference"
+    ref.mkdir()
+    result = submit_sweep.run_raw_submitit(ref, submit_sweep.make_bin(ref, sbatch == "fake"), n)
+    print(f"raw submitit: {result['tasks']} tasks by map_array (sbatch {sbatch}): {result['wall']:.2f} s")
+    return float(result["wall"])  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

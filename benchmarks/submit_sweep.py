@@ -29,7 +29,7 @@ cluster's MaxArraySize 1001; hpctrain cuts its arrays the same way), then is can
 The last line printed is hpctrain's wall time to queued, in seconds, and its ratio to raw submitit's.
 
     python benchmarks/submit_sweep.py [--points 10000 --runs-per-task 2] [--profile [--profile-out FILE]]
-        [--hsl-python /tmp/hsl-venv/bin/python [--hsl-hpctrain-app]]
+        [--hsl-python /tmp/hsl-venv/bin/python [--hsl-hpctrain-app]] [--sbatch fake]
 """
 
 import argparse
@@ -139,14 +139,26 @@ exit $rc
 '''
 
 
-def make_bin(tmp: Path) -> Path:
+# --sbatch fake: answers as sbatch does without asking Slurm (nothing queued: 10,000 held tasks and the raw
+# submitit run beside them do not fit under the test cluster's MaxJobCount of 10,000 within MinJobAge)
+FAKE_SBATCH = '''#!/bin/sh
+start=$(date +%s.%N)
+n=$(cat "$SBATCH_CALLS_LOG.counter" 2>/dev/null || echo 4000000)
+n=$((n + 1))
+echo "$n" > "$SBATCH_CALLS_LOG.counter"
+echo "Submitted batch job $n"
+printf '%s %s %s\\n' "$start" "$(date +%s.%N)" 0 >> "$SBATCH_CALLS_LOG"
+'''
+
+
+def make_bin(tmp: Path, fake: bool = False) -> Path:
     real = shutil.which("sbatch")
-    if real is None:
+    if real is None and not fake:
         sys.exit("no sbatch on PATH: start the test cluster (bash slurm/test-cluster.sh start)")
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     wrapper = bin_dir / "sbatch"
-    wrapper.write_text(SBATCH_WRAPPER.format(real=real))
+    wrapper.write_text(FAKE_SBATCH if fake else SBATCH_WRAPPER.format(real=real))
     wrapper.chmod(0o755)
     return bin_dir
 
@@ -276,17 +288,21 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap.add_argument("--points", type=int, default=1000, help="sweep size, a multiple of 40 (default 1000)")
     ap.add_argument("--runs-per-task", type=int, default=1,
                     help="hydra.launcher.runs_per_task (10,000 tasks do not fit under Slurm's default MaxJobCount)")
+    ap.add_argument("--sbatch", choices=("real", "fake"), default="real",
+                    help="fake: an sbatch that answers without queueing (both hpctrain and raw submitit use it)")
     args = ap.parse_args(argv)
     SWEEP[1] = f"seed=range({args.points // 40})"
     SWEEP.append(f"hydra.launcher.runs_per_task={args.runs_per_task}")
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="submit-sweep-") as name:
         tmp = Path(name)
-        bin_dir = make_bin(tmp)
+        bin_dir = make_bin(tmp, args.sbatch == "fake")
         hsl = run_hsl(tmp, bin_dir, args.hsl_python, False) if args.hsl_python else None
         hsl_app = run_hsl(tmp, bin_dir, args.hsl_python, True) if args.hsl_python and args.hsl_hpctrain_app else None
         raw = run_raw_submitit(tmp, bin_dir, -(-args.points // args.runs_per_task))  # the tasks hpctrain queues
         ours = run_hpctrain(tmp, bin_dir, args.profile, args.profile_out)
+    if args.sbatch == "fake":
+        print("sbatch: FAKE (answers 'Submitted batch job N' without asking Slurm: nothing was queued)")
     print(f"sweep: {len(LRS)} lr x {args.points // 40} seed = {args.points // 40 * 40} points; cpus: {os.cpu_count()}; "
           f"load average at start: {load[0]:.1f} (other work on the machine slows the wall times)")
     print(f"hpctrain: {ours['runs']} runs as Slurm job {ours['job']} ({ours['queued_tasks']} array tasks queued in all, "

@@ -70,7 +70,6 @@ def record_dir(run_dir: PathLike) -> str:
     return os.path.join(run_dir, RECORD_DIR)
 
 
-_TAG = re.compile(r"^([sak])(.+)$")
 _KEY = re.compile(r"^[0-9_]+r[0-9]+$")
 _own_attempt: Dict[str, Tuple[int, int]] = {}  # record dir -> (submission, attempt) this process started
 
@@ -179,20 +178,30 @@ def parse_name(name: str, directory: str = "") -> Optional[Event]:
     parts = name.split(".")
     if len(parts) != 5 or parts[4] != "json":
         return None
-    tags: Dict[str, str] = {}
+    kind = _KINDS.get(parts[1])
+    if kind is None:
+        return None
+    sub = att = key = None
+    # plain string work, no regex or Enum call: status on 10,000 runs parses ~30,000 of these
     for piece in parts[3].split("~")[1:]:
-        m = _TAG.match(piece)
-        if m:
-            tags[m.group(1)] = m.group(2)
+        tag, text = piece[:1], piece[1:]
+        if not text:
+            continue
+        if tag == "s":
+            sub = int(text) if text.isdigit() else None
+        elif tag == "a":
+            att = int(text) if text.isdigit() else None
+        elif tag == "k":
+            key = text
     try:
-        return Event(int(parts[0]), EventKind(parts[1]), int(parts[2]), os.path.join(directory, name),
-                     submission=_int(tags.get("s")), attempt=_int(tags.get("a")), key=tags.get("k"))
+        when, rank = int(parts[0]), int(parts[2])
     except ValueError:
         return None
+    path = name if not directory else (directory + name if directory.endswith("/") else f"{directory}/{name}")
+    return Event(when, kind, rank, path, sub, att, key)
 
 
-def _int(text: Optional[str]) -> Optional[int]:
-    return int(text) if text is not None and text.isdigit() else None
+_KINDS = {k.value: k for k in EventKind}
 
 
 def _events_in(directory: str) -> List[Event]:

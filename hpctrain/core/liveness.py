@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import List, Optional
 
-import psutil
-
 START_SLACK_S = 2.0  # a start time is known to about a second (the boot time in whole seconds, clock ticks)
 
 
@@ -27,6 +25,8 @@ def process(pid: "int | str", started_by: Optional[float] = None, needle: Option
     ``needle``: a word its command line holds. A pid that is no number (a Slurm job id) is no process: GONE."""
     if not str(pid).isdigit() or int(pid) <= 0:
         return Liveness.GONE
+    import psutil  # here, not at import: status and hpctrain.load of a Slurm sweep never ask about a pid (~30 ms)
+
     try:
         proc = psutil.Process(int(pid))
         with proc.oneshot():
@@ -51,6 +51,8 @@ class Identity:
 
 def identity(pid: int) -> Optional[Identity]:
     """The start time and argv of the live process ``pid``; None for none (or a zombie, or no permission)."""
+    import psutil
+
     try:
         proc = psutil.Process(int(pid))
         with proc.oneshot():

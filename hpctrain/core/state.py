@@ -234,27 +234,48 @@ def fold(all_events: List[Event]) -> RunState:
     if not all_events:
         return RunState(None)
     where = placed(all_events)
-    subs = sorted({s for s, _, e in where if e.kind is EventKind.SUBMITTED})
-    current_sub = subs[-1] if subs else 0
-    current = [(a, e) for s, a, e in where if s == current_sub]
-    out = RunState(None, events=sorted(all_events, key=lambda e: (e.time_ns, e.path)), submissions=len(subs))
-    starts = [(a, e) for a, e in current if e.kind is EventKind.STARTED]
+    subs = {s for s, _, e in where if e.kind is EventKind.SUBMITTED}
+    current_sub = max(subs) if subs else 0
+    out = RunState(None, events=[e for _, _, e in where], submissions=len(subs))  # placed's time order
+    # one pass over the current submission (status folds 10,000 records): what each kind of event says
+    current: List[Tuple[int, Event]] = []
+    starts: List[Tuple[int, Event]] = []
+    retried, requeued, failed, paused, kinds_all = set(), set(), set(), set(), set()
+    last: Optional[int] = None  # the latest attempt with an event other than ``submitted``
+    for s, a, e in where:
+        if s != current_sub:
+            continue
+        current.append((a, e))
+        kind = e.kind
+        kinds_all.add(kind)
+        if kind is EventKind.SUBMITTED:
+            continue
+        if last is None or a > last:
+            last = a
+        if kind is EventKind.STARTED:
+            starts.append((a, e))
+        elif kind is EventKind.RETRYING:
+            retried.add(a)
+        elif kind is EventKind.REQUEUED:
+            requeued.add(a)
+        elif kind is EventKind.FAILED:
+            failed.add(a)
+        elif kind is EventKind.PAUSED:
+            paused.add(a)
     out.starts = len(starts)
     out.attempts = max((a for a, _ in starts), default=0)
-    out.retries = len({a for a, e in current if e.kind is EventKind.RETRYING})
-    unrequeued = _requeue_failed(current)
-    out.requeues = len({a for a, e in current if e.kind is EventKind.REQUEUED} - unrequeued)
-    out.units = len({a for a, e in current if e.kind is EventKind.PAUSED and a < out.attempts})
+    out.retries = len(retried)
+    unrequeued = _requeue_failed(current) if requeued & failed else set()
+    out.requeues = len(requeued - unrequeued)
+    out.units = len({a for a in paused if a < out.attempts})
     if starts:
         out.started_at = min(e.time_ns for _, e in starts) / 1e9
         out.last_start = max(starts, key=lambda p: (p[0], p[1].time_ns, p[1].path))[1]
-    kinds_all = {e.kind for _, e in current}
     final = next(((k, s) for k, s in _FINAL_EVENTS if k in kinds_all), None)
     if final is not None:
         out.state = final[1]
         out.ended_at = min(e.time_ns for _, e in current if e.kind is final[0]) / 1e9
         return out
-    last = max((a for a, e in current if e.kind is not EventKind.SUBMITTED), default=None)
     attempt = [e for a, e in current if a == last and e.kind is not EventKind.SUBMITTED] if last is not None else []
     kinds = {e.kind for e in attempt} - ({EventKind.REQUEUED} if last in unrequeued else set())
     out.state = next((s for k, s in _PRECEDENCE if k in kinds), State.QUEUED)

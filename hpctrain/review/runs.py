@@ -67,7 +67,8 @@ class Run:
     hardware: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "state", State(self.state))  # a state given as its JSON text
+        if type(self.state) is not State:  # a state given as its JSON text (an Enum call costs ~25 us a run)
+            object.__setattr__(self, "state", State(self.state))
 
     def to_dict(self) -> Dict[str, Any]:
         """As ``status --json`` and results.json write a run: its fields by their names."""

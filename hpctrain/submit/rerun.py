@@ -10,6 +10,7 @@ either (unknown is never "gone"), and the launcher says so.
 """
 
 import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,12 +57,13 @@ def sort(runs: List[PlannedRun], app: str, sweep_dir: Path, in_queue: InQueue) -
     recorded = recorded_jobs(sweep_dir)
     waiting: List[Tuple[PlannedRun, str]] = []
     for run in runs:
-        if completed_by(run.run_dir, app):
+        fresh = not os.path.isdir(run.run_dir)  # a new run: no record or summary to read (three reads a run)
+        if not fresh and completed_by(run.run_dir, app):
             out.completed.append(run)
-        elif events.is_completed(run.run_dir):
+        elif not fresh and events.is_completed(run.run_dir):
             out.stale.append(run)
             out.todo.append(run)
-        elif recorded.get(_key(run.run_dir)):
+        elif recorded and recorded.get(_key(run.run_dir)):  # a first submission records no job: no path to resolve
             waiting.append((run, recorded[_key(run.run_dir)]))
         else:
             out.todo.append(run)

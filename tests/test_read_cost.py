@@ -1,0 +1,64 @@
+"""The read side's work per run, counted in function calls (independent of the machine's load): status and
+``hpctrain.load`` read 10,000 runs on the login node (issue 31: each under 1 s)."""
+
+import sys
+from pathlib import Path
+
+from hpctrain.core import events
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_record_bulk import _calls  # noqa: E402
+
+
+def _record(run: Path, end: str) -> Path:
+    events.submitted(run)
+    events.started(run, job_id="1_0")
+    events.completed(run) if end == "completed" else events.failed(run, "RuntimeError: boom", rank=0)
+    return run
+
+
+def test_reading_a_record_parses_its_names_and_folds_in_few_calls(tmp_path):
+    done, failed = _record(tmp_path / "done", "completed"), _record(tmp_path / "failed", "failed")
+    assert events.read(done).state.value == "completed" and events.read(failed).error == "RuntimeError: boom"
+    # measured: 104 and 278 calls (the failed one opens its error's file); before, 154 and 331
+    assert _calls(lambda: events.read(done)) <= 115
+    assert _calls(lambda: events.read(failed)) <= 295
+
+
+def test_a_run_row_given_its_state_does_not_parse_it_again():
+    from hpctrain.core.state import State
+    from hpctrain.review.runs import Run
+
+    def make():
+        return Run(idx=0, name="a", values={}, overrides=[], run_dir=None, job_id=None, state=State.COMPLETED)
+
+    assert make().state is State.COMPLETED and Run(**{**make().to_dict(), "state": "failed"}).state is State.FAILED
+    assert _calls(make) <= 4  # the dataclass's init and its check; an Enum call more (~25 us a row) before
+
+
+def test_a_new_sweeps_rerun_check_reads_nothing_per_run(tmp_path):
+    """The launcher sorts every point into run/skip before submitting: a run dir that does not exist yet has no
+    record and no summary to read (1,000 points: three record reads a run before)."""
+    from hpctrain.core.run import RunSpec
+    from hpctrain.submit import rerun
+    from hpctrain.submit.plan import PlannedRun
+
+    runs = [PlannedRun(RunSpec(i, (f"lr={i}",), tmp_path / f"{i}_lr={i}", 10)) for i in range(100)]
+    done = runs[0].run_dir
+    _record(done, "completed")
+    out = rerun.sort(runs, "app", tmp_path, lambda ids: set())
+    assert [r.run_dir for r in out.completed] == [done] and len(out.todo) == 99
+    per_run = (_calls(lambda: rerun.sort(runs, "app", tmp_path, lambda ids: set())) - _calls(
+        lambda: rerun.sort(runs[:1], "app", tmp_path, lambda ids: set()))) / 99
+    assert per_run <= 15, per_run  # measured: 11 calls a run; 207 before
+
+
+def test_the_read_side_imports_no_process_library():
+    """``hpctrain.load`` and ``status`` of a Slurm sweep never ask about a local pid: psutil (6 modules, ~30 ms)
+    is imported where a pid is asked about, not at import."""
+    import subprocess
+
+    code = ("import sys, hpctrain; hpctrain.load; import hpctrain.review.status, hpctrain.review.cli; "
+            "print('psutil' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
