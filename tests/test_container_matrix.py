@@ -1,10 +1,13 @@
 """The container matrix of issue 27, the cases not already parametrized over bare/container elsewhere.
 
-tests/test_slurm.py (a sweep, USR2 requeue bit-exact, max_retries after a crash), tests/test_preempt_term.py
-(SIGTERM with the job running, packed, a plain scancel) and tests/test_preemption_real.py (a real preemption
-from ``urgent`` with a grace time, and packed without one) run bare and inside the test container (tests/helpers/isolation.py),
-which hides Slurm's client and munge socket from the job. Here: the time limit and a search, in the container
-(their bare runs: tests/test_slurm_paths.py and tests/test_search.py's local study with the same stale owners).
+tests/test_slurm.py (a sweep, USR2 requeue bit-exact, also with ``--contain``, the utilisation sampler, max_retries
+after a crash), tests/test_preempt_term.py (SIGTERM with the job running, packed, a plain scancel),
+tests/test_preemption_real.py (a real preemption from ``urgent`` with a grace time and without, packed without one)
+and tests/test_snapshot.py (a held sweep runs its snapshot) run bare and inside the test container
+(tests/helpers/isolation.py), which hides Slurm's client and munge socket from the job. Here, in the container:
+the time limit (its bare run: tests/test_slurm_paths.py, through the same helper), search workers adopting dead
+owners' trials (bare: tests/test_search.py's stale owners), and a search worker scancelled mid-trial then the same
+command again (bare: tests/test_search.py's SIGKILLed worker).
 """
 
 import json
