@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import uuid
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -218,6 +219,28 @@ def test_the_images_python_torch_and_hpctrain_run_inside(image, tmp_path):
         assert re.match(r"^/opt/conda/lib/python3\.\d+/site-packages/", f), files
 
 
+def test_the_utilisation_sampler_runs_in_the_image_on_cpu_figures_without_nvml(image, tmp_path):
+    """The image has psutil and nvidia-ml-py but no driver library: NVML fails to start, the sampler goes on
+    with CPU and memory figures."""
+    script = ("import json, sys, time, pynvml\n"
+              "try:\n    pynvml.nvmlInit()\n    print('nvml')\nexcept pynvml.NVMLError:\n    print('no nvml')\n"
+              "from hpctrain.job.sampler import Sampler\n"
+              "with Sampler(sys.argv[1], interval_s=0.05) as sampler:\n"
+              "    deadline = time.time() + 20\n"
+              "    while sampler.stats.n.get('cpu', 0) < 3 and time.time() < deadline:\n"
+              "        sum(i * i for i in range(20000))\n"
+              "print(json.dumps(sampler.summary()))\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    proc = _inside(image, tmp_path, "python", "-c", script, str(run_dir))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    nvml, summary = proc.stdout.splitlines()
+    sampled = json.loads(summary)
+    assert nvml == "no nvml" and sampled["samples"] >= 3 and sampled["rss_peak_gb"] > 0, proc.stdout
+    assert not [k for k in sampled if k.startswith("gpu_")], sampled
+    assert list((run_dir / "tb").glob("events.out.tfevents.*.sys"))
+
+
 def test_binds_default_and_given(image, tmp_path):
     work, data = tmp_path / "work", tmp_path / "data x"
     work.mkdir()
@@ -234,6 +257,33 @@ def test_binds_default_and_given(image, tmp_path):
     assert proc.stdout.splitlines() == [str(work), "hello", "hello", "HOME-BOUND", "PROJECT-HIDDEN", "RO", "RO-ROOT"]
     assert Path("/tmp/written").read_text() == "ok\n"  # /tmp is the host's
     assert not (image / "etc" / "x").exists()  # the image itself is never written
+
+
+MINIMAL_DEV = {"console", "core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin",
+               "stdout", "tty", "urandom", "zero"}
+
+
+def test_contain_gives_empty_home_and_tmp_a_minimal_dev_and_the_cwd_only_where_bound(image, tmp_path):
+    """--contain as Apptainer's engine does it: $HOME, /tmp and /var/tmp are the container's own empty, writable
+    dirs; the host's cwd is not bound, so the command starts there only where a --bind brings it, else in $HOME."""
+    work, mark = tmp_path / "work", f"hpctrain-contain-{uuid.uuid4().hex}"
+    work.mkdir()
+    with tempfile.NamedTemporaryFile(dir=Path.home(), prefix=".hpctrain-contain-") as home_file:
+        probe = ('pwd; ls -A "$HOME" /tmp /var/tmp | grep -v : | grep . || echo EMPTY; touch "$HOME/x" "/tmp/$2" /var/tmp/x '
+                 '&& echo WRITABLE; test -e "$1" || echo HOME-FILE-HIDDEN; ls /dev')
+        proc = _inside(image, work, "sh", "-c", probe, "sh", home_file.name, mark, opts=["--contain"])
+    assert proc.returncode == 0, proc.stderr
+    where, empty, writable, hidden, *dev = proc.stdout.splitlines()
+    assert (where, empty, writable, hidden) == (str(Path.home()), "EMPTY", "WRITABLE", "HOME-FILE-HIDDEN"), proc.stdout
+    assert set(dev) <= MINIMAL_DEV and {"null", "shm", "urandom"} <= set(dev), dev
+    assert not (Path("/tmp") / mark).exists()  # written into the container's own /tmp, not the host's
+    # the cwd bound (as hpctrain binds the project and the sweep dir): the command starts there
+    proc = _inside(image, work, "sh", "-c", "pwd; touch here", opts=["--contain", "--bind", str(work)])
+    assert proc.returncode == 0 and proc.stdout.splitlines() == [str(work)], proc
+    assert (work / "here").exists()
+    # --pwd to a directory the container lacks fails, as Apptainer's does
+    proc = _inside(image, work, "pwd", opts=["--contain", "--pwd", str(tmp_path / "nowhere")])
+    assert proc.returncode == 255 and "failed to set working directory" in proc.stderr, proc
 
 
 def test_environment_as_apptainer_builds_it(image, tmp_path):

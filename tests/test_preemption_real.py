@@ -143,12 +143,13 @@ NO_GRACE = ["hydra.launcher.partition=short", "hydra.launcher.timeout_min=10"]
 
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
-def test_a_preemption_without_grace_time_checkpoints_before_the_kill_and_resumes(tmp_path):
+def test_a_preemption_without_grace_time_checkpoints_before_the_kill_and_resumes(tmp_path, mode):
     """On ``short`` (no grace time) Slurm requeues the job at once; its SIGKILL comes KillWait (5 s) after
-    the SIGTERM: time for the checkpoint, recorded as for USR2, with no requeue of hpctrain's own."""
+    the SIGTERM: time for the checkpoint, recorded as for USR2, with no requeue of hpctrain's own; in the
+    container the question what the SIGTERM means is answered by the host side within those 5 s."""
     import hpctrain
 
-    sweep, job, urgent = _preempted(tmp_path, ["seed=0", *NO_GRACE])
+    sweep, job, urgent = _preempted(tmp_path, ["seed=0", *NO_GRACE], mode=mode)
     try:
         (run,) = run_dirs(sweep)
         _checkpointed_at_the_signal(run)
@@ -159,6 +160,7 @@ def test_a_preemption_without_grace_time_checkpoints_before_the_kill_and_resumes
         assert "cannot say whether the job is preempted" not in log  # its scontrol outlived the second SIGTERM
         cost = hpctrain.load(sweep).runs[0].cost
         assert (cost.attempts, cost.requeues, cost.redone_steps, cost.redone_unknown) == (2, 1, 0, 0)
+        assert ran_contained(tmp_path) == mode.contained
     finally:
         subprocess.run(["scancel", job, urgent], capture_output=True)
 

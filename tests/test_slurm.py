@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cli_helpers import run_hpctrain, tb_scalars
-from isolation import MODES, mode_for, ran_contained
+from isolation import MODES, mode_for, ran_as, ran_contained
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -39,6 +39,25 @@ def test_readme_sweep_returns_while_queued_then_completes(tmp_path, mode):
         cancel(job)
 
 
+def test_the_utilisation_sampler_writes_cpu_and_memory_figures_without_nvml(tmp_path, mode):
+    """psutil's CPU and memory figures into TensorBoard (sys/*) and metrics.json; no NVML here (no GPU, and
+    the image has no driver library): no GPU figures, no error."""
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", "max_steps=300", "log_every=50", "eval_every=0", "hydra/launcher=slurm",
+                  "hydra.launcher.wait=true", f"hydra.sweep.dir={sweep}", *mode.args], cwd=tmp_path, timeout=300,
+                 env={**mode.env, "HPCTRAIN_SAMPLE_EVERY_S": "0.1"})
+    (run_dir,) = run_dirs(sweep)
+    record = metrics(run_dir)
+    assert record["status"] == "completed", record
+    sampled = record["sys"]
+    assert sampled["samples"] >= 2 and sampled["rss_peak_gb"] > 0 and sampled["cpu_mean"] >= 0, sampled
+    assert not [k for k in sampled if k.startswith("gpu_")], sampled
+    assert len(tb_scalars(run_dir, "sys/rss")) >= 2 and tb_scalars(run_dir, "sys/cpu")
+    logs = "".join(p.read_text() for p in (sweep / ".submitit").glob("*_log.*"))
+    assert "Traceback" not in logs and "NVML" not in logs, logs[-2000:]
+    assert ran_contained(tmp_path) == mode.contained
+
+
 def test_two_nodes_two_tasks_each_is_four_gloo_ranks(tmp_path):
     dump = tmp_path / "dump"
     dump.mkdir()
@@ -57,7 +76,9 @@ def test_two_nodes_two_tasks_each_is_four_gloo_ranks(tmp_path):
     assert "node=0(2)" in logs and "node=1(2)" in logs
 
 
+@pytest.mark.parametrize("mode", [*MODES, "contain"], indirect=True)
 def test_preempted_run_requeues_resumes_and_matches_uninterrupted(tmp_path, mode):
+    """Also with container.args=[--contain] (no $HOME, /tmp or $PWD of the host: the job has what hpctrain binds)."""
     sweep = tmp_path / "sweep"
     args = ["-m", "seed=0,0", "max_steps=4000", "log_every=20", "eval_every=0",
             "ckpt_every=0", "model.hidden=64", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}", *mode.args]
@@ -86,7 +107,7 @@ def test_preempted_run_requeues_resumes_and_matches_uninterrupted(tmp_path, mode
         # the same TensorBoard run goes on: one curve, no step logged twice
         steps = _tb_steps(preempted)
         assert steps == sorted(set(steps)) and steps[-1] == 4000
-        assert ran_contained(tmp_path) == mode.contained
+        assert ran_as(tmp_path, mode)
     finally:
         cancel(job)
 

@@ -2,17 +2,15 @@
 a time-limit requeue that completes, and report on a Slurm sweep. Real jobs on the test cluster."""
 
 import json
-import re
 import subprocess
 import sys
 
 import pytest
-import torch
 
 from cli_helpers import hpctrain_env, run_hpctrain, skipped
 from hpctrain.core import events
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
-from trainer_helpers import compose, state_close
+from time_limit import matches_uninterrupted, requeue_args, requeued_to_completion
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -52,9 +50,6 @@ def test_rerun_submits_only_the_unfinished_runs_and_report_reads_the_sweep(tmp_p
     assert results["best"]["value"] == truth[results["best"]["idx"]]
 
 
-SLOW = ["max_steps=2500", "log_every=50", "eval_every=0", "ckpt_every=0", "model._target_=user_models.SlowDropout"]
-
-
 def test_time_limits_end_a_run_as_timeout_or_requeue_it_to_completion(tmp_path):
     """Two sweeps under a 1-minute limit at once (each waits for Slurm's limit: together, the wait is paid
     once).
@@ -69,25 +64,15 @@ def test_time_limits_end_a_run_as_timeout_or_requeue_it_to_completion(tmp_path):
     run_hpctrain(["-m", "max_steps=1000000", "hydra/launcher=slurm", "hydra.launcher.timeout_min=1",
                   "hydra.launcher.signal_delay_s=5", "hydra.launcher.max_num_timeout=0",
                   "hydra.launcher.max_retries=2", f"hydra.sweep.dir={a}"], cwd=tmp_path, timeout=60)
-    run_hpctrain(["-m", *SLOW, "+model.delay_s=0.02", "+model.first_attempt_only=true", "hydra/launcher=slurm",
-                  "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=15", "hydra.launcher.max_num_timeout=8",
-                  f"hydra.sweep.dir={b}"], cwd=tmp_path, timeout=60)
+    run_hpctrain(requeue_args(b), cwd=tmp_path, timeout=60)
     jobs = [job_id(a), job_id(b)]
     try:
         _timed_out_without_retry(tmp_path, a, jobs[0])
-        run_dir = _requeued_to_completion(b)
+        run_dir = requeued_to_completion(b)
     finally:
         for job in jobs:
             cancel(job)
-    # B's run without interruption (no sleep: the delay changes no number), in this process
-    from hpctrain.train.distributed import DistInfo
-    from hpctrain.train.trainer import Trainer
-
-    reference = Trainer(compose(SLOW + ["+model.delay_s=0"]), tmp_path / "reference", DistInfo())
-    reference.fit()
-    done = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
-    assert done["step"] == 2500
-    assert state_close(done["model"], reference.raw_model.state_dict(), atol=0)
+    matches_uninterrupted(run_dir, tmp_path)  # B's run without interruption, in this process
 
 
 def _timed_out_without_retry(tmp_path, sweep, job: str) -> None:
@@ -108,18 +93,3 @@ def _timed_out_without_retry(tmp_path, sweep, job: str) -> None:
                               env=env, capture_output=True, text=True, timeout=120)
         (row,) = json.loads(proc.stdout)["runs"]
         assert row["state"] == "timeout" and row["restarts"] == 0, (sacct, row)
-
-
-def _requeued_to_completion(sweep):
-    wait_for(lambda: len(run_dirs(sweep)) == 1, 120, "the run to start")
-    (run_dir,) = run_dirs(sweep)
-    wait_for(lambda: metrics(run_dir).get("status") in ("completed", "failed", "timeout"), 540,
-             "the run to end", every=2)
-    assert metrics(run_dir)["status"] == "completed", metrics(run_dir)
-    kinds = record_kinds(run_dir)
-    assert kinds.count("requeued") >= 1 and kinds[-1] == "completed", kinds
-    resumed = [int(n) for n in re.findall(r"resumed from \S+ at step (\d+)", (run_dir / "hpctrain.log").read_text())]
-    assert resumed and 0 < resumed[0] < 2500, resumed  # the step it checkpointed at on USR2
-    logs = "".join(p.read_text() for p in (sweep / ".submitit").glob("*_log.*"))
-    assert "this job is timed-out" in logs and "remaining timeouts" in logs  # submitit's requeue
-    return run_dir

@@ -3,8 +3,11 @@
 ``container``: ``hydra.launcher.container.image`` is the sandbox image built from Singularity.def
 (tests/container/build_image.py) and `apptainer` on PATH is the bubblewrap stand-in (tests/container/apptainer):
 the image as `/`, no Slurm client and no munge socket inside, the image's own python, torch and hpctrain.
+``contain``: the same with ``container.args=[--contain]``: no $HOME, /tmp or $PWD of the host, a minimal /dev;
+the job sees only what hpctrain binds.
 """
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +26,7 @@ class Mode:
 
     @property
     def contained(self) -> bool:
-        return self.name == "container"
+        return self.name in ("container", "contain")
 
 
 def mode_for(name: str, tmp_path: Path) -> Mode:
@@ -33,11 +36,27 @@ def mode_for(name: str, tmp_path: Path) -> Mode:
     where.mkdir(exist_ok=True)
     bin_dir = where / "bin" if (where / "bin" / "apptainer").exists() else standin_bin(where)
     path = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
-    return Mode(name, [f"hydra.launcher.container.image={sandbox_image()}"],
-                {"PATH": path, "APPTAINER_STANDIN_LOG": str(tmp_path / "apptainer.jsonl")})
+    args = [f"hydra.launcher.container.image={sandbox_image()}"]
+    if name == "contain":
+        args.append("hydra.launcher.container.args=[--contain]")
+    return Mode(name, args, {"PATH": path, "APPTAINER_STANDIN_LOG": str(tmp_path / "apptainer.jsonl")})
+
+
+def task_calls(tmp_path: Path) -> List[List[str]]:
+    """The argv of each call of the stand-in that ran a job's task."""
+    log = tmp_path / "apptainer.jsonl"
+    calls = [json.loads(line)["argv"] for line in log.read_text().splitlines()] if log.exists() else []
+    return [argv for argv in calls if "submitit.core._submit" in argv]
 
 
 def ran_contained(tmp_path: Path) -> bool:
     """Whether the job's tasks went through the stand-in (its log has their calls)."""
-    log = tmp_path / "apptainer.jsonl"
-    return log.exists() and "submitit.core._submit" in log.read_text()
+    return bool(task_calls(tmp_path))
+
+
+def ran_as(tmp_path: Path, mode: Mode) -> bool:
+    """Whether the job's tasks ran as ``mode`` says: bare, in the container, with --contain in every call."""
+    calls = task_calls(tmp_path)
+    if not mode.contained:
+        return not calls
+    return bool(calls) and all(("--contain" in argv) == (mode.name == "contain") for argv in calls)
