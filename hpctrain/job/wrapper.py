@@ -72,7 +72,7 @@ class SweepJob:
         run_dir = str(spec.run_dir)
         if not life.begin(host=env.hostname):  # completed meanwhile by another job of the sweep
             return (summary.read(run_dir) or {}).get("metrics")
-        payload = load_payload(self.payload)
+        payload = self.loaded()
         sweep_config = payload.hydra_context.config_loader.load_sweep_config(payload.config, list(spec.overrides))
         with open_dict(sweep_config.hydra):
             sweep_config.hydra.job.id = env.job_id
@@ -102,6 +102,17 @@ class SweepJob:
         except DiskFullError as full:
             say(f"hpctrain: run {spec.name}: its failure cannot be recorded: {full}")
         return ret.return_value  # re-raises the task's exception: a non-zero exit ends the step
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_loaded", None)  # a requeue pickles the job again: the payload stays in its own file
+        return state
+
+    def loaded(self) -> Any:
+        """The payload, unpickled once per process (a pull worker runs many points)."""
+        if getattr(self, "_loaded", None) is None:
+            self._loaded = load_payload(self.payload)
+        return self._loaded
 
     @staticmethod
     def _completed(life: Lifecycle, value: Any) -> None:

@@ -1,5 +1,5 @@
 """One holder's side of the claim files (:mod:`hpctrain.search.claims`), whatever is claimed: a search's
-trials (:mod:`hpctrain.search.leases`) or a grid's points (:mod:`hpctrain.job.points`).
+trials (:mod:`hpctrain.search.leases`) or a grid's points (:mod:`hpctrain.search.points`).
 
 A holder claims generations of leases for itself, beats while it holds one, lets one go (released at a time
 limit), and finds out, under no lock, whether the owners of others' leases still live: one ``squeue`` for the
