@@ -30,6 +30,7 @@ from hpctrain.job.attempt_ended import ended_or_said
 from hpctrain.search.points import Point, PointLeases, PullSettings
 from hpctrain.job.wrapper import SweepJob
 from hpctrain.search.claims import ClaimsDir, Heartbeat, alive_path
+from hpctrain.search.compose import Composer
 from hpctrain.search.units import Next
 
 private_pickles()  # the result pickle this job writes (the launcher reads it) not writable by the group
@@ -58,6 +59,9 @@ class PullJob:
         env = submitit.JobEnvironment()
         me = str(env.job_id)
         _, points = points_of(self.runs_file)
+        payload = self.job.loaded()
+        # each point's config as the search's workers compose a unit's (search/compose.py: the same config)
+        self.job.compose = Composer(payload.hydra_context.config_loader, payload.config)
         owner = {"slurm_job_id": me if os.environ.get("SLURM_JOB_ID") else None, "worker": worker}
         leases = PointLeases(ClaimsDir(self.claims_dir), self.settings, me, owner, len(points), worker, self.workers)
         latencies: List[float] = []
