@@ -98,6 +98,11 @@ class BaseLauncher(Launcher):
     def check_resources(self) -> List[str]:
         return []
 
+    def most_workers(self) -> Optional["tuple[int, str]"]:
+        """The most pull workers one submission may have (they must all be able to start: one array), and
+        why; None: no such limit."""
+        return None
+
     def queue_room(self, n_tasks: int) -> Optional["tuple[int, str]"]:
         """None when ``n_tasks`` tasks fit in the queue; else how many do (the cap less what is queued)
         and the cap, said in words with its numbers. No cap by default."""
@@ -244,11 +249,17 @@ class BaseLauncher(Launcher):
                 why = "" if most < 1 else (": pull workers run single-rank, unpacked runs; split the sweep")
                 raise LaunchError(f"nothing submitted: the sweep needs {n_tasks} jobs in the queue (array tasks) "
                                   f"and {cap}{why}")
-            workers = min(most, n_runs)
+            limit = self.most_workers()
+            workers = min(most, n_runs, limit[0] if limit is not None else most)
             print(f"hpctrain: {n_runs} runs would be {n_tasks} jobs in the queue and {cap}: {workers} workers pull "
                   f"the runs instead (hydra.launcher.workers={workers})")
             return workers
         workers = min(int(asked), n_runs)
+        limit = self.most_workers()
+        if workers < 1 or (limit is not None and workers > limit[0]):
+            raise LaunchError(f"nothing submitted: hydra.launcher.workers={asked}: expected an integer from 1 to "
+                              f"{limit[0] if limit is not None else 'the number of runs'}"
+                              + (f" ({limit[1]})" if limit is not None else ""))
         room = self.queue_room(workers)
         if room is not None:
             raise LaunchError(f"nothing submitted: hydra.launcher.workers={asked}: {workers} jobs in the queue and "

@@ -245,6 +245,11 @@ class SlurmLauncher(BaseLauncher):
         arrays = {slurm_parse.split_job_id(j)[0] for j in queue}  # a pulled run's job: its workers' array
         return {j for j in job_ids if slurm_parse.in_queue(queue, j) or j in arrays}
 
+    def most_workers(self) -> Optional["tuple[int, str]"]:
+        """Pull workers are one array (chained arrays would start after the points are gone)."""
+        most = self.limits().tasks_per_array
+        return most, f"one array holds at most {most} tasks (MaxArraySize)"
+
     def queue_room(self, n_tasks: int) -> Optional["tuple[int, str]"]:
         """Whether ``n_tasks`` tasks fit under the cluster's cap on jobs (``MaxJobCount``) and the
         association's or QOS's (``MaxSubmitJobs``, read with sacctmgr where it answers, less what you have
