@@ -24,7 +24,7 @@ from hpctrain.core import events
 from hpctrain.core.atomic import write_json_atomic
 from hpctrain.core.paths import SweepPaths
 from hpctrain.core.run import RunSpec
-from hpctrain.core.state import State
+from hpctrain.core.state import FINAL, State
 from hpctrain.job import lifecycle
 from hpctrain.job.attempt_ended import ended_or_said
 from hpctrain.search.points import Point, PointLeases, PullSettings
@@ -100,6 +100,8 @@ class PullJob:
         leases.done(p)  # not on the way out of a requeue (SystemExit): the worker takes the point back
 
     def _attempts(self, spec: RunSpec, run: Dict[str, Any], p: Point) -> None:
+        if events.read(spec.run_dir).state in FINAL - {State.FAILED}:
+            return  # ended for good (cancelled, or completed by a worker that died before letting it go)
         if p.how == "adopted" and p.adoptions > self.settings.max_adoptions and not events.is_completed(spec.run_dir):
             events.failed(spec.run_dir, f"its worker died {p.adoptions - 1} time(s) while running it")
             return
