@@ -173,7 +173,7 @@ def _jobs_on(node: str) -> list:
 def test_the_same_command_again_while_workers_run_submits_nothing_and_each_point_completes_once(tmp_path,
                                                                                               slurm_cluster):
     sweep = tmp_path / "s"
-    args, job = submit(tmp_path, sweep, 8, 2, 2)
+    args, job = submit(tmp_path, sweep, 8, 2, 8)
     try:
         running_point(sweep)
         again = sweep_app(args, tmp_path)
