@@ -180,9 +180,9 @@ def test_sweep_over_the_queue_cap_is_pulled_by_as_many_workers_as_fit(tmp_path):
                             cwd=tmp_path, timeout=600, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         line = next(line for line in proc.stdout.splitlines() if "workers pull the runs instead" in line)
-        assert line == (f"hpctrain: 8 runs would be 8 jobs in the queue and you have {queued_before} there; account "
-                        f"{account} allows at most 3 (MaxSubmitJobs): {room} workers pull the runs instead "
-                        f"(hydra.launcher.workers={room})"), line
+        assert line == (f"hpctrain: 8 runs would be 8 jobs in the queue and you have {queued_before} there; the "
+                        f"association of user {user}, account {account} allows at most 3 (MaxSubmitJobs): {room} "
+                        f"workers pull the runs instead (hydra.launcher.workers={room})"), line
         dirs = run_dirs(sweep)
         assert len(dirs) == 8 and all(record_kinds(d).count("completed") == 1 for d in dirs), \
             [record_kinds(d) for d in dirs]
