@@ -26,6 +26,7 @@
 set -euo pipefail
 
 STATE_DIR="$(realpath -m "${HPCTRAIN_SLURM_DIR:-/tmp/hpctrain-slurm}")"
+CPUS="${HPCTRAIN_TEST_CPUS:-2}"  # CPUs each virtual node declares (render_slurm_conf)
 CONF_DIR=/etc/slurm
 SLURM_CONF_FILE="$CONF_DIR/slurm.conf"
 GRES_CONF_FILE="$CONF_DIR/gres.conf"
@@ -197,7 +198,9 @@ SlurmctldLogFile=$STATE_DIR/log/slurmctld.log
 SlurmdPidFile=$STATE_DIR/slurmd-%n.pid
 SlurmdSpoolDir=$STATE_DIR/spool/slurmd-%n
 SlurmdLogFile=$STATE_DIR/log/slurmd-%n.log
-NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=[17001-17002] CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=4000 Gres=gpu:tesla:2 State=UNKNOWN
+# CPUs per virtual node: HPCTRAIN_TEST_CPUS (default 2, the host's); more, declared through config_overrides, lets
+# many light jobs run at once (benchmarks/pull_grid.py's 64 workers: HPCTRAIN_TEST_CPUS=32), memory to match
+NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=[17001-17002] CPUs=$CPUS Sockets=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$((CPUS * 2000)) Gres=gpu:tesla:2 State=UNKNOWN
 # Preemption as production sites run it: a job of a higher tier requeues debug's jobs, which first get
 # SIGTERM and GraceTime seconds to checkpoint (debug and short are tier 1: they never preempt each other)
 PreemptType=preempt/partition_prio

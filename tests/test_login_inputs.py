@@ -67,11 +67,14 @@ def _startup_s(tmp_path: Path) -> float:
 
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
-def test_more_points_than_the_cluster_queues_are_refused_before_planning(tmp_path):
+def test_more_points_than_the_cluster_queues_are_pulled_by_as_many_workers_as_one_array_holds(tmp_path):
     proc = run_hpctrain(["-m", "seed=range(0,20001)", "hydra/launcher=slurm", "hydra.launcher.dry_run=true",
-                         f"hydra.sweep.dir={tmp_path / 's'}"], cwd=tmp_path, check=False, timeout=120)
-    _one_line(proc, "20001 points (seed: 20001), 20001 jobs in the queue", "(MaxJobCount)")
-    _only(tmp_path)
+                         f"hydra.sweep.dir={tmp_path / 's'}"], cwd=tmp_path, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("hpctrain: 20001 runs would be 20001 jobs in the queue and the cluster holds at most 10000 "
+            "(MaxJobCount): 1001 workers pull the runs instead (hydra.launcher.workers=1001)") in proc.stdout
+    assert "runs (20001 to submit pulled by 1001 worker(s), 0 already completed):" in proc.stdout
+    assert "dry run: nothing submitted" in proc.stdout
 
 
 def test_a_yaml_alias_bomb_in_a_sweep_file_is_refused_unbuilt(tmp_path):

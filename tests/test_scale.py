@@ -160,7 +160,9 @@ def test_packed_run_cancelled_alone_then_task_preempted_with_usr2_resumes_the_ot
 
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
-def test_sweep_over_the_queue_cap_is_refused_with_the_numbers(tmp_path):
+def test_sweep_over_the_queue_cap_is_pulled_by_as_many_workers_as_fit(tmp_path):
+    """Over the account's MaxSubmitJobs the sweep is not refused: as many workers as the cap leaves room for
+    pull its runs (one line with the numbers), each run completed once."""
     account = f"hpct{uuid.uuid4().hex[:8]}"
     user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
     add = subprocess.run(["sacctmgr", "-i", "add", "account", account], capture_output=True, text=True)
@@ -170,17 +172,26 @@ def test_sweep_over_the_queue_cap_is_refused_with_the_numbers(tmp_path):
         subprocess.run(["sacctmgr", "-i", "add", "user", user, f"account={account}", "MaxSubmitJobs=3"],
                        check=True, capture_output=True)
         sweep = tmp_path / "sweep"
-        proc = run_hpctrain(["-m", "seed=range(8)", "max_steps=5", "hydra/launcher=slurm",
+        queued_before = len(subprocess.run(["squeue", "-h", "-r", "-u", user, "-o", "%i"], capture_output=True,
+                                           text=True).stdout.split())
+        room = 3 - queued_before
+        proc = run_hpctrain(["-m", "seed=range(8)", "max_steps=5", "hydra/launcher=slurm", "hydra.launcher.wait=true",
                              f"hydra.launcher.account={account}", f"hydra.sweep.dir={sweep}"],
-                            cwd=tmp_path, timeout=120, check=False)
-        assert proc.returncode != 0
-        assert "the sweep needs 8 job(s) in the queue" in proc.stderr
-        assert f"account {account} allows at most 3 (MaxSubmitJobs)" in proc.stderr
-        assert "Traceback" not in proc.stderr and not (sweep / "sweep.json").exists()
+                            cwd=tmp_path, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        line = next(line for line in proc.stdout.splitlines() if "workers pull the runs instead" in line)
+        assert line == (f"hpctrain: 8 runs would be 8 jobs in the queue and you have {queued_before} there; the "
+                        f"association of user {user}, account {account} allows at most 3 (MaxSubmitJobs): {room} "
+                        f"workers pull the runs instead (hydra.launcher.workers={room})"), line
+        dirs = run_dirs(sweep)
+        assert len(dirs) == 8 and all(record_kinds(d).count("completed") == 1 for d in dirs), \
+            [record_kinds(d) for d in dirs]
+        assert len(json.loads((sweep / "sweep.json").read_text())["submissions"][-1]["worker_job_ids"]) == room
         # packed, the same sweep fits: 2 tasks
         proc = run_hpctrain(["-m", "seed=range(8)", "max_steps=5", "hydra/launcher=slurm",
                              "hydra.launcher.runs_per_task=4", "hydra.launcher.dry_run=true",
-                             f"hydra.launcher.account={account}", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=120)
+                             f"hydra.launcher.account={account}", f"hydra.sweep.dir={tmp_path / 'packed'}"],
+                            cwd=tmp_path, timeout=120)
         assert "8 to submit as 2 task(s)" in proc.stdout
         # without --account the job goes to the user's default account: the capped one binds nothing
         proc = run_hpctrain(["-m", "seed=range(8)", "max_steps=5", "hydra/launcher=slurm", "hydra.launcher.dry_run=true",

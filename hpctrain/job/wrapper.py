@@ -14,7 +14,7 @@ counts the same.
 
 import os
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Callable, Dict, List, Optional
 
 import cloudpickle
 import submitit
@@ -42,6 +42,8 @@ def save_payload(path: Path, hydra_context: Any, task_function: Any, config: Any
 
 
 class SweepJob:
+    compose: Optional[Callable[[List[str]], Any]] = None  # a pull worker's composer (search/compose.py), set there
+
     def __init__(self, payload: str, sweep_dir: str, app: str = "") -> None:
         self.payload = payload
         self.sweep_dir = sweep_dir
@@ -72,8 +74,10 @@ class SweepJob:
         run_dir = str(spec.run_dir)
         if not life.begin(host=env.hostname):  # completed meanwhile by another job of the sweep
             return (summary.read(run_dir) or {}).get("metrics")
-        payload = load_payload(self.payload)
-        sweep_config = payload.hydra_context.config_loader.load_sweep_config(payload.config, list(spec.overrides))
+        payload = self.loaded()
+        compose = self.compose  # a pull worker's: composed once per base, not per point
+        sweep_config = compose(list(spec.overrides)) if compose is not None else \
+            payload.hydra_context.config_loader.load_sweep_config(payload.config, list(spec.overrides))
         with open_dict(sweep_config.hydra):
             sweep_config.hydra.job.id = env.job_id
             sweep_config.hydra.job.num = spec.idx
@@ -102,6 +106,18 @@ class SweepJob:
         except DiskFullError as full:
             say(f"hpctrain: run {spec.name}: its failure cannot be recorded: {full}")
         return ret.return_value  # re-raises the task's exception: a non-zero exit ends the step
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_loaded", None)  # a requeue pickles the job again: the payload stays in its own file
+        state.pop("compose", None)
+        return state
+
+    def loaded(self) -> Any:
+        """The payload, unpickled once per process (a pull worker runs many points)."""
+        if getattr(self, "_loaded", None) is None:
+            self._loaded = load_payload(self.payload)
+        return self._loaded
 
     @staticmethod
     def _completed(life: Lifecycle, value: Any) -> None:

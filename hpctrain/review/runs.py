@@ -225,6 +225,9 @@ class _Judge:
         if state in FINAL or state in RESTING:
             return state, ""  # paused: no job holds it, whatever its last worker runs now
         job_id = spec.job_id
+        pulled = self.sweep.search is None and bool(self.sweep.worker_job_ids)  # a grid's pull workers
+        if pulled:  # the worker that started it (sweep.json names their array, which is no run's job)
+            job_id = rs.job_id if state not in (None, State.QUEUED) else None
         if self.sweep.launcher == "slurm":
             if self.queue is None:
                 return state or State.QUEUED, "queue unknown: as the run's record says"
@@ -239,7 +242,9 @@ class _Judge:
                 return (state if state is State.REQUEUED else State.RUNNING), ""
         elif job_id and jobs.pid_alive(job_id):
             return (state if state in (State.REQUEUED, State.RETRYING) else State.RUNNING), ""
-        if self.sweep.search is not None and self.workers_alive():
+        if (self.sweep.search is not None or pulled) and self.workers_alive():
+            if pulled and state in (None, State.QUEUED, State.RETRYING):
+                return state or State.QUEUED, "waiting for a worker to pull it"
             # its worker's job ended, not the trial: the study hands it to a live worker (an adoption)
             return State.QUEUED, "waiting for a worker to adopt it (its worker's job has ended)"
         return self._ended(spec, state)

@@ -15,13 +15,14 @@ claim that is not a holder's, one of ``"released": true``, ``"paused": true``, `
 import json
 import os
 import socket
+import threading
 import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Collection, Dict, Iterator, Optional
 
 from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import SweepPaths
@@ -101,8 +102,13 @@ def lock_grace_s() -> int:
     return int(os.environ.get(LOCK_GRACE_ENV) or LOCK_GRACE_S)
 
 
+class ClaimsDir(str):
+    """A directory of claim files given as such (a grid submission's points), where the functions below
+    otherwise take a sweep dir and use its search's ``trials`` dir."""
+
+
 def leases_dir(sweep_dir: "str | Path") -> str:
-    return str(SweepPaths(sweep_dir).trials)
+    return str(sweep_dir) if isinstance(sweep_dir, ClaimsDir) else str(SweepPaths(sweep_dir).trials)
 
 
 def lease_path(sweep_dir: "str | Path", number: int) -> str:
@@ -118,10 +124,11 @@ def alive_path(sweep_dir: "str | Path", number: int, owner: str) -> str:
     return os.path.join(leases_dir(sweep_dir), f"{number}.{owner.replace('/', '_')}.alive")
 
 
-def read_leases(sweep_dir: "str | Path", claims: Optional[Claims] = None) -> Dict[int, Lease]:
-    """Every trial's current lease: its claim of the highest generation (one directory listing).
-    ``claims``: the claim files read before, kept by the caller: a claim file is created whole and never
-    written again (a new generation is a new file), so its content is read once."""
+def read_leases(sweep_dir: "str | Path", claims: Optional[Claims] = None,
+                only: Optional[Collection[int]] = None) -> Dict[int, Lease]:
+    """Every trial's current lease (``only``: of those numbers): its claim of the highest generation (one
+    directory listing). ``claims``: the claim files read before, kept by the caller: a claim file is created
+    whole and never written again (a new generation is a new file), so its content is read once."""
     newest: Dict[int, int] = {}
     try:
         names = os.listdir(leases_dir(sweep_dir))
@@ -131,13 +138,15 @@ def read_leases(sweep_dir: "str | Path", claims: Optional[Claims] = None) -> Dic
         parts = name.split(".")
         if len(parts) == 3 and parts[2] == "claim" and parts[0].isdigit() and parts[1].isdigit():
             number, gen = int(parts[0]), int(parts[1])
+            if only is not None and number not in only:
+                continue
             newest[number] = max(gen, newest.get(number, 0))
     out: Dict[int, Lease] = {}
     for number, gen in newest.items():
         path = claim_path(sweep_dir, number, gen)
         lease = claims.get(path) if claims is not None else None
         if lease is None:
-            lease = _read_claim(path, number, gen)
+            lease = read_claim(path, number, gen)
             if lease is not None and claims is not None:
                 claims[path] = lease
         if lease is not None:
@@ -145,7 +154,7 @@ def read_leases(sweep_dir: "str | Path", claims: Optional[Claims] = None) -> Dic
     return out
 
 
-def _read_claim(path: str, number: int, gen: int) -> Optional[Lease]:
+def read_claim(path: str, number: int, gen: int) -> Optional[Lease]:
     """A claim file's lease; None while it cannot be read whole (seen before its content, on another host)."""
     data = read_json(path)
     try:
@@ -160,8 +169,8 @@ def read_lease(sweep_dir: "str | Path", number: int, claims: Optional[Claims] = 
 
 def claim(sweep_dir: "str | Path", number: int, gen: int, owner: str, now: float, *, adoptions: int = 0,
           unit: Optional[Unit] = None, mark: Mark = Mark.HELD, step: Optional[int] = None,
-          slurm_job_id: Optional[str] = None, worker: Optional[int] = None, pid: Optional[int] = None
-          ) -> Optional[Lease]:
+          slurm_job_id: Optional[str] = None, worker: Optional[int] = None, pid: Optional[int] = None,
+          copy: bool = True) -> Optional[Lease]:
     """Make ``owner`` the holder of generation ``gen`` of the trial's lease, or None when someone else
     claimed that generation first. The claim file is created whole and exclusively (a hard link fails
     when the name exists, on NFS too), so two claimants of one generation never both win, lock or no lock."""
@@ -183,7 +192,8 @@ def claim(sweep_dir: "str | Path", number: int, gen: int, owner: str, now: float
         os.unlink(tmp)
     if not won:
         return None
-    write_json_atomic(Path(lease_path(sweep_dir, number)), lease.to_json())
+    if copy:  # a grid's points skip it: read by nobody, and a second file written per point
+        write_json_atomic(Path(lease_path(sweep_dir, number)), lease.to_json())
     touch(alive_path(sweep_dir, number, owner), now)
     return lease
 
@@ -213,3 +223,24 @@ def trials_lock(sweep_dir: "str | Path") -> Iterator[None]:
             lock.release()
         except RuntimeError:
             pass  # broken by a waiter while we held it: our claims were fenced all the same
+
+
+class Heartbeat:
+    """Touches a lease's alive file every ``interval_s`` while its holder runs it (a daemon thread)."""
+
+    def __init__(self, path: str, interval_s: float) -> None:
+        self.path, self.interval_s = path, interval_s
+        self._stop = threading.Event()
+        touch(path)
+        self._thread = threading.Thread(target=self._beat, name="hpctrain-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                touch(self.path)
+            except OSError:
+                pass  # shared storage hiccup: the next beat tries again
+
+    def stop(self) -> None:
+        self._stop.set()

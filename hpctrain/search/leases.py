@@ -28,46 +28,24 @@ promoters one wins, and a trial leaves a rung once), a new trial as before. When
 left and no unit runs, every paused trial's lease is marked ended and the trial told pruned.
 """
 
-import socket
 import time
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpctrain._compat import optuna as optuna_compat
-from hpctrain.core import liveness
 from hpctrain.core.liveness import Liveness
 from hpctrain.core.state import Direction, State
-from hpctrain.search.claims import Claims, Lease, Mark, alive_path, claim, heartbeat_age, read_lease, \
-    read_leases, touch, trials_lock
+from hpctrain.search.claims import Lease, Mark, read_lease, read_leases, trials_lock
+from hpctrain.search.holders import Holders, ProcessAnswer, QueueAnswer, Seen, Verdict, process_state, slurm_queue
 from hpctrain.search.settings import Settings
 from hpctrain.search.study import budget, build_scheduler, settle_failed, suggest, tell
 from hpctrain.search.units import Next, StudyView, TrialView, Unit, UnitKind
 
-QueueAnswer = Callable[[List[str]], Optional[Set[str]]]  # the job ids still in the queue; None: unknown
-ProcessAnswer = Callable[[int, float], Liveness]  # (pid, a time it ran) -> its state
-
-
-def slurm_queue(job_ids: List[str]) -> Optional[Set[str]]:
-    """The jobs of ``job_ids`` still in Slurm's queue; None when squeue could not answer. The one squeue
-    call of the protocol, asked of the batch script's host side inside a job (the worker may run in an image
-    without Slurm): :func:`hpctrain.slurm.host.squeue`."""
-    from hpctrain.slurm import host
-    from hpctrain.slurm import parse as slurm_parse
-
-    queue = host.squeue(job_ids)
-    if queue is None:
-        return None
-    return {j for j in job_ids if slurm_parse.in_queue(queue, j)}
-
-
-def process_state(pid: int, started_by: float) -> Liveness:
-    """A local worker's process (:func:`hpctrain.core.liveness.process`): it ran when it claimed."""
-    return liveness.process(pid, started_by=started_by)
+__all__ = ["Assignment", "Leases", "Seen", "Verdict", "process_state", "slurm_queue"]
 
 
 @dataclass
@@ -85,99 +63,28 @@ class Assignment:
     dir_params: Optional[Dict[str, Any]] = None  # the values its run dir is named by, when ``params`` changed (PBT)
 
 
-@dataclass
-class Seen:
-    """What :meth:`Leases.look` found out about a running trial's owner, outside the lock."""
-
-    gen: int
-    state: Liveness
-    beating: bool = False  # its heartbeat was fresh: ALIVE by that alone, or GONE although fresh (asked anyway)
-
-
-class Verdict(Enum):
-    """What a worker may do with another's running trial, from its lease and what the look found."""
-
-    LEAVE = "leave"  # its owner runs it (or it rests between units, or it is ours)
-    LOOK_AGAIN = "look again"  # its owner's fate is unknown, or it changed hands since the look
-    FINISH_ENDING = "finish ending"  # its ender died between the ended claim and the tell
-    RESUME = "resume"  # released at a time limit: anyone resumes it, no adoption counted
-    ADOPT = "adopt"  # its owner is known gone
-
-
 _STATES = {TrialState.COMPLETE: State.COMPLETED, TrialState.PRUNED: State.PRUNED, TrialState.FAIL: State.FAILED}
 
 
-class Leases:
-    """One worker's side of the claim protocol (see the module docstring). ``clock``, ``queue`` and
-    ``process`` are what the tests replace: no real sleeping, no real squeue."""
+class Leases(Holders):
+    """One worker's side of the claim protocol over a study (see the module docstring). ``clock``, ``queue``
+    and ``process`` are what the tests replace: no real sleeping, no real squeue."""
 
     def __init__(self, sweep_dir: "str | Path", settings: Settings, me: str, fields: Dict[str, Any],
                  clock: Callable[[], float] = time.time, queue: QueueAnswer = slurm_queue,
                  process: ProcessAnswer = process_state) -> None:
-        self.sweep_dir, self.settings, self.me, self.fields = sweep_dir, settings, me, fields
-        self.clock, self.queue, self.process = clock, queue, process
-        self.gone_jobs: Set[str] = set()  # a job the queue answered without: gone for good (a requeue keeps its id queued)
+        super().__init__(sweep_dir, settings, me, fields, clock, queue, process)
+        self.settings: Settings = settings
         self.scheduler = build_scheduler(settings)
         self.ended: List[Any] = []  # (number, step, params) of paused trials this worker ended pruned
-        self.claims: Claims = {}  # claim files read so far (read_leases)
         # writes an ended trial's record (the worker's; quick file writes): called before the study is told
         self.end_hook: Callable[[int, Optional[int], Dict[str, Any]], None] = lambda *e: self.ended.append(e)
 
     # ------------------------------------------------------------ facts, outside the lock
-    def _window(self) -> float:
-        s = self.settings
-        return min(s.grace_s, 3 * s.heartbeat_s)
-
-    def _age(self, lease: Lease) -> float:
-        return heartbeat_age(self.sweep_dir, lease.number, lease.owner, self.clock())
-
     def look(self, study: optuna.Study, confirm: bool = False) -> Dict[int, Seen]:
-        """The state of the owner of every running trial that is not this worker's; slow calls (one
-        squeue for all the jobs, process checks) are made here, under no lock. ``confirm``: ask the queue
-        about beating Slurm owners too (a killed job's heartbeat stays fresh for a few seconds)."""
+        """The state of the owner of every running trial that is not this worker's (:meth:`Holders.look_at`)."""
         running = [t.number for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
-        leases = read_leases(self.sweep_dir, self.claims)
-        seen: Dict[int, Seen] = {}
-        ask: Dict[int, str] = {}
-        beating: Dict[int, bool] = {}
-        for number in running:
-            lease = leases.get(number)
-            if lease is None or lease.owner == self.me or lease.mark.resting:
-                continue
-            beating[number] = self._age(lease) < self._window()
-            state = self._without_queue(lease, confirm)
-            if state is None:
-                ask[number] = str(lease.slurm_job_id)
-            else:
-                seen[number] = Seen(lease.gen, state, beating[number])
-        if ask:
-            in_queue = self.queue(sorted(set(ask.values())))
-            for number, job in ask.items():
-                if in_queue is None:
-                    state = Liveness.UNKNOWN  # a failed query: unknown, never gone
-                elif job in in_queue:
-                    state = Liveness.ALIVE
-                else:
-                    self.gone_jobs.add(job)
-                    state = Liveness.GONE
-                seen[number] = Seen(leases[number].gen, state, beating[number])
-        return seen
-
-    def _without_queue(self, lease: Lease, confirm: bool = False) -> Optional[Liveness]:
-        """The owner's state when the queue need not be asked; None: ask it."""
-        if lease.mark is Mark.RELEASED:
-            return Liveness.GONE  # let go at a time limit: resumable at once, no adoption counted
-        if lease.local and self.process(int(lease.pid or 0), lease.since) is Liveness.GONE:
-            return Liveness.GONE  # a dead process beats no more: no need to wait for its heartbeat to age
-        age = self._age(lease)
-        if age < self._window() and not (confirm and lease.slurm_job_id):
-            return Liveness.ALIVE  # beating: alive, whatever the queue says
-        if lease.slurm_job_id:
-            return Liveness.GONE if lease.slurm_job_id in self.gone_jobs else None
-        if lease.local:
-            return self.process(int(lease.pid or 0), lease.since)
-        # nobody can be asked about this owner: its heartbeat is all there is
-        return Liveness.GONE if age > self.settings.grace_s else Liveness.UNKNOWN
+        return self.look_at(running, read_leases(self.sweep_dir, self.claims), confirm)
 
     # ------------------------------------------------------------ the decision, under the lock
     def next_trial(self, study: optuna.Study) -> "Assignment | Next":
@@ -228,17 +135,7 @@ class Leases:
             return Verdict.FINISH_ENDING
         if lease.mark is Mark.RELEASED:
             return Verdict.RESUME
-        if lease.owner == self.me:
-            return Verdict.LEAVE  # ours, and someone claimed it again first
-        fact = seen.get(t.number)
-        if fact is None or fact.gen != lease.gen or fact.state is Liveness.UNKNOWN:
-            return Verdict.LOOK_AGAIN  # not looked at, or changed hands since: look again
-        if fact.state is Liveness.ALIVE:
-            return Verdict.LEAVE
-        dead = fact.beating or (not lease.slurm_job_id and lease.host == socket.gethostname())
-        if not dead and self._age(lease) < self._window():
-            return Verdict.LEAVE  # it beat since we looked (a requeued job, running again)
-        return Verdict.ADOPT
+        return self.owner_verdict(lease, seen.get(t.number))
 
     def _adopt(self, study: optuna.Study, running: List[FrozenTrial], leases: Dict[int, Lease],
                seen: Dict[int, Seen]) -> Tuple[Optional[Assignment], bool]:
@@ -345,12 +242,6 @@ class Leases:
             self.end_hook(number, step, dict(by[number].params))  # the record first: a worker killed here
             tell(study, number, TrialState.PRUNED)  # leaves an ended lease, which the next look finishes
 
-    def _claim(self, number: int, gen: int, adoptions: int, unit: Optional[Unit], mark: Mark = Mark.HELD,
-               step: Optional[int] = None) -> Optional[Lease]:
-        """Generation ``gen`` of trial ``number``'s lease, for this worker."""
-        return claim(self.sweep_dir, number, gen, self.me, self.clock(), adoptions=adoptions, unit=unit, mark=mark,
-                     step=step, **self.fields)
-
     @staticmethod
     def _assignment(t: FrozenTrial, how: str, adoptions: int, gen: int, unit: Optional[Unit] = None) -> Assignment:
         return Assignment(t.number, optuna_compat.trial_id(t), dict(t.params), how, adoptions, gen, unit=unit)
@@ -367,13 +258,6 @@ class Leases:
         a.trial = None
 
     # ------------------------------------------------------------ the holder's side
-    def holds(self, a: Assignment) -> bool:
-        lease = read_lease(self.sweep_dir, a.number, self.claims)
-        return lease is not None and lease.owner == self.me and lease.gen == a.gen and lease.mark is Mark.HELD
-
-    def beat(self, a: Assignment) -> None:
-        touch(alive_path(self.sweep_dir, a.number, self.me), self.clock())
-
     def commit(self, study: optuna.Study, a: Assignment, state: TrialState, value: Optional[float] = None) -> bool:
         """Tell the study how the trial ended, if this worker still holds its lease (the generation it
         claimed); False when it lost the trial to another worker, or the trial was settled already."""
@@ -381,13 +265,6 @@ class Leases:
             if not self.holds(a):
                 return False
             return tell(study, a.number, state, value)
-
-    def release(self, a: Assignment) -> bool:
-        """Let the trial go unfinished (a time limit): the next worker resumes it, no adoption counted."""
-        with trials_lock(self.sweep_dir):
-            if not self.holds(a):
-                return False
-            return self._claim(a.number, a.gen + 1, a.adoptions, a.unit, mark=Mark.RELEASED) is not None
 
     def pause(self, a: Assignment) -> bool:
         """The unit ran to its end before max_steps: the trial waits, paused, for the scheduler's next unit."""

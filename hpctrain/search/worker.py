@@ -21,7 +21,6 @@ import gc
 import json
 import math
 import os
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -43,7 +42,7 @@ from hpctrain.core.state import State
 from hpctrain.job import lifecycle
 from hpctrain.search import exploit
 from hpctrain.search import study as studies
-from hpctrain.search.claims import alive_path, touch
+from hpctrain.search.claims import Heartbeat, alive_path
 from hpctrain.search.leases import Assignment, Leases
 from hpctrain.search.settings import Settings
 from hpctrain.search.bridge import TrialBridge, activate
@@ -190,7 +189,7 @@ class SearchWorker:
         if lead:
             self._register(a, dirname, overrides, life, app_max_steps(config))
         trial = live_trial(study, a.trial_id) if lead else None
-        beat = _Heartbeat(alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
+        beat = Heartbeat(alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
         _running["run_dir"] = run_dir
         _running.pop("interrupted", None)
         end = a.unit.end_step if a.unit is not None and a.unit.end_step < int(s.max_steps or 0) else None
@@ -362,24 +361,3 @@ def _attempt() -> str:
 
 def _announce_path(sweep_dir: str, me: str) -> Path:
     return SweepPaths(sweep_dir).workers / f"{me}.json"
-
-
-class _Heartbeat:
-    """Touches the trial's alive file every ``interval_s`` while the trial runs (a daemon thread)."""
-
-    def __init__(self, path: str, interval_s: float) -> None:
-        self.path, self.interval_s = path, interval_s
-        self._stop = threading.Event()
-        touch(path)
-        self._thread = threading.Thread(target=self._beat, name="hpctrain-heartbeat", daemon=True)
-        self._thread.start()
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                touch(self.path)
-            except OSError:
-                pass  # shared storage hiccup: the next beat tries again
-
-    def stop(self) -> None:
-        self._stop.set()

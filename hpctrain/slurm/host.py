@@ -70,9 +70,21 @@ def ask(request: Request, argument: str = "", timeout_s: float = 15.0) -> Answer
         except OSError as exc:
             return Answer(None, f"cannot read the host side's answer {answer}: {exc}", 1)
         if not helper_alive(where) and asked.exists():  # not taken up; once taken, a slow Slurm call may follow
+            _withdraw(asked)
             return Answer(None, f"the host-side helper is gone (no heartbeat in {where} for {STALE_S:g} s)", 1)
         time.sleep(0.05)
+    _withdraw(asked)
     return Answer(None, f"the host-side helper did not answer {request.value} within {timeout_s:g} s", 1)
+
+
+def _withdraw(asked: Path) -> None:
+    """A request given up on is taken back before the helper runs it: else a helper still busy with a slow
+    call would next spend a Slurm call on it, and an asker whose every retry lands on the slow call (a query
+    slow every other call) would never be answered."""
+    try:
+        asked.unlink()
+    except OSError:
+        pass  # taken up already
 
 
 def helper_alive(where: Path, now: Optional[float] = None) -> bool:

@@ -29,7 +29,7 @@ from hpctrain.core.liveness import Liveness
 from hpctrain.core.atomic import write_text_atomic
 from hpctrain.core.app_contract import contract_of
 from hpctrain.core.run import RunSpec
-from hpctrain.submit import provenance, rerun, snapshot
+from hpctrain.submit import provenance, rerun, results, snapshot
 from hpctrain.submit.checks import script_field_problems
 from hpctrain.submit.code import CodeStage
 from hpctrain.submit.container import check_args, check_container, container_command, default_binds
@@ -37,7 +37,7 @@ from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.keys import swept_problems
 from hpctrain.submit.lock import one_submission
 from hpctrain.submit.plan import PlannedRun, constant_keys, exclude_from_names, job_id_note, plan_runs
-from hpctrain.submit.results import Returns
+from hpctrain.submit.results import Returns, print_next_commands
 from hpctrain.submit.submission import Array, Calling, Files, Submission, tasks_of
 from hpctrain.slurm import parse as slurm_parse
 
@@ -100,9 +100,15 @@ class BaseLauncher(Launcher):
     def check_resources(self) -> List[str]:
         return []
 
-    def check_queue(self, n_tasks: int) -> List[str]:
-        """Problems with queueing ``n_tasks`` tasks (a cap on jobs in the queue); none by default."""
-        return []
+    def most_workers(self) -> Optional["tuple[int, str]"]:
+        """The most pull workers one submission may have (they must all be able to start: one array), and
+        why; None: no such limit."""
+        return None
+
+    def queue_room(self, n_tasks: int) -> Optional["tuple[int, str]"]:
+        """None when ``n_tasks`` tasks fit in the queue; else how many do (the cap less what is queued)
+        and the cap, said in words with its numbers. No cap by default."""
+        return None
 
     def plan_arrays(self, submission: Submission) -> List[Array]:
         """How the backend cuts the submission's tasks, each part's executor parameters and script."""
@@ -196,10 +202,11 @@ class BaseLauncher(Launcher):
             app = rerun.fingerprint(app, self.code.copy.files)
         left = rerun.sort(runs, app, sweep_dir, self.in_queue)  # a rerun finishes what is left, once
         todo, done = left.todo, left.completed
-        submission = self.describe([r.spec for r in todo], sweep_dir, skipped=[r.spec for r in done])
-        problems = self.check_queue(len(submission.tasks)) if todo else []
-        if problems:
-            raise LaunchError(f"nothing submitted: {problems[0]}")
+        workers = self.pull_workers(len(todo)) if todo else None
+        if workers is not None:
+            submission = self.describe_pull([r.spec for r in todo], sweep_dir, workers, [r.spec for r in done])
+        else:
+            submission = self.describe([r.spec for r in todo], sweep_dir, skipped=[r.spec for r in done])
         for line in left.lines():
             print(line)
         returns = self.returns()
@@ -225,11 +232,103 @@ class BaseLauncher(Launcher):
             aside = rerun.set_aside(run)
             print(f"  rerun {run.name} from scratch: completed by other code"
                   + (f"; its checkpoints kept in {aside}" if aside else ""))
-        self.record_submission(sweep_dir, todo)
+        self.record_submission(sweep_dir, todo, workers)
+        if workers is not None:
+            points = [r.idx for r in todo]
+            task_jobs = self.send(submission, self.job_for(submission, app),
+                                  lambda ids: self.record_workers(sweep_dir, list(ids.values()), points))
+            return self.finish_pulled(todo, task_jobs, sweep_dir)
         task_jobs = self.send(submission, self.job_for(submission, app),
                               lambda ids: self.record_job_ids(sweep_dir, ids))
         jobs = [j for t, j in zip(submission.tasks, task_jobs) for _ in t]  # one per run: packed runs share
         return self.finish(todo, jobs, sweep_dir)
+
+    # ------------------------------------------------------------------ pull workers (search/pull.py)
+    def pull_workers(self, n_runs: int) -> Optional[int]:
+        """How many workers pull the runs: ``hydra.launcher.workers`` when set, else, when the runs' tasks
+        would not fit under the queue's cap, as many as do (said in one line); None: one task per run (or pack).
+        Raises when not even the workers fit."""
+        asked = self.params.get("workers")
+        n_tasks = -(-n_runs // self.runs_per_task())
+        if asked is None:
+            room = self.queue_room(n_tasks)
+            if room is None:
+                return None
+            most, cap = room
+            if most < 1 or self.world_size() > 1 or self.runs_per_task() > 1:
+                why = "" if most < 1 else (": pull workers run single-rank, unpacked runs; split the sweep")
+                raise LaunchError(f"nothing submitted: the sweep needs {n_tasks} jobs in the queue (array tasks) "
+                                  f"and {cap}{why}")
+            limit = self.most_workers()
+            workers = min(most, n_runs, limit[0] if limit is not None else most)
+            print(f"hpctrain: {n_runs} runs would be {n_tasks} jobs in the queue and {cap}: {workers} workers pull "
+                  f"the runs instead (hydra.launcher.workers={workers})")
+            return workers
+        workers = min(int(asked), n_runs)
+        limit = self.most_workers()
+        if workers < 1 or (limit is not None and workers > limit[0]):
+            raise LaunchError(f"nothing submitted: hydra.launcher.workers={asked}: expected an integer from 1 to "
+                              f"{limit[0] if limit is not None else 'the number of runs'}"
+                              + (f" ({limit[1]})" if limit is not None else ""))
+        room = self.queue_room(workers)
+        if room is not None:
+            raise LaunchError(f"nothing submitted: hydra.launcher.workers={asked}: {workers} jobs in the queue and "
+                              f"{room[1]}")
+        return workers
+
+    def describe_pull(self, runs: Sequence[RunSpec], sweep_dir: Path, workers: int,
+                      skipped: Sequence[RunSpec] = ()) -> Submission:
+        """The submission of ``runs`` pulled by ``workers`` tasks: the tasks are the workers (placeholder run
+        dirs, as a search's), the runs its points. Writes nothing."""
+        from hpctrain.core.paths import SweepPaths
+        from hpctrain.submit.plan import make_spec
+
+        files = Files.next_in(sweep_dir)
+        self.code.place(files)
+        tasks = tasks_of([make_spec(i, [], SweepPaths(sweep_dir).worker_placeholder(i)) for i in range(workers)], 1)
+        submission = Submission(
+            kind=self.kind, sweep_dir=sweep_dir, files=files, python=self.python_command(sweep_dir),
+            calling=Calling.PULL, tasks=tasks, resources=dict(self.resources(), workers=workers),
+            skipped=list(skipped), points=list(runs),
+            executor={"folder": str(self.params.submitit_folder), "max_num_timeout": int(self.params.max_num_timeout)})
+        submission.arrays = self.plan_arrays(submission)
+        return submission
+
+    def record_workers(self, sweep_dir: Path, job_ids: List[str], points: List[int]) -> None:
+        """The workers' job ids, with their submission; each point's job: the workers' array (Slurm), the
+        worker that runs it being in its record."""
+        arrays = slurm_parse.array_ids(job_ids)
+
+        def add(data: Dict[str, Any]) -> Dict[str, Any]:  # the raw JSON: no typed view of every run
+            last = data["submissions"][-1]
+            workers = sorted(set(last.get("worker_job_ids") or []) | set(job_ids), key=slurm_parse.job_order)
+            last["worker_job_ids"] = workers
+            last["job_ids"] = slurm_parse.array_ids(workers)
+            runs = data.get("runs") or {}
+            for idx in points if self.kind == "slurm" and arrays else ():
+                runs[str(idx)]["job_id"] = arrays[0]
+            return data
+
+        manifest.update_json(sweep_dir, add)
+        if self.record_path is not None:
+            provenance.add_job_ids(self.record_path, job_ids)
+
+    def finish_pulled(self, runs: List[PlannedRun], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
+        """After the workers were sent: what ``finish`` says of a sweep; each run's return from its record."""
+        ids = slurm_parse.array_ids(str(j.job_id) for j in jobs)
+        if self.kind == "slurm":
+            print(f"hpctrain: submitted {len(runs)} run(s) as Slurm job {', '.join(ids)} ({len(jobs)} workers pulling "
+                  f"the runs)")
+            print_next_commands(sweep_dir)
+            if not self.params.get("wait"):
+                return [self.returns().placeholder(r, JobStatus.COMPLETED) for r in runs]
+            from hpctrain.slurm import query as slurm
+
+            job_ids = [str(j.job_id) for j in jobs]
+            slurm.poll_squeue(job_ids, 10.0, lambda q: not any(slurm_parse.in_queue(q, i) for i in job_ids),
+                              lambda q: None)
+        collect = Returns(self.returns().task_name, True)  # the records say how each point ended
+        return results.report(runs, [collect.collect(r, None) for r in runs], sweep_dir)
 
     def cancel_orphans(self, sweep_dir: Path) -> None:
         """Jobs an earlier, interrupted command of this sweep queued and never recorded (Slurm's only)."""
@@ -269,6 +368,14 @@ class BaseLauncher(Launcher):
         from hpctrain.job.wrapper import SweepJob
 
         payload, sweep_dir = str(submission.files.payload), str(submission.sweep_dir)
+        if submission.calling == Calling.PULL:
+            from hpctrain.search.points import PullSettings
+            from hpctrain.search.pull import PullJob
+
+            retries = int(self.params.max_retries)
+            settings = PullSettings(max_adoptions=retries + 1, max_retries=retries)
+            return PullJob(payload, sweep_dir, app, str(submission.files.runs), str(submission.claims_dir),
+                           len(submission.tasks), settings)
         if submission.calling == Calling.PACK:
             fraction = self.params.gpu_memory_fraction
             return PackJob(payload, sweep_dir, float(fraction) if fraction else None, app,
@@ -349,7 +456,7 @@ class BaseLauncher(Launcher):
         return context
 
     # ------------------------------------------------------------------ sweep.json (the manifest)
-    def record_submission(self, sweep_dir: Path, runs: List[PlannedRun]) -> None:
+    def record_submission(self, sweep_dir: Path, runs: List[PlannedRun], workers: Optional[int] = None) -> None:
         """Before anything starts: this submission's runs in sweep.json and in their event logs."""
         app = getattr(self.task_function, "__module__", None)
         if app == "__main__":  # a script run as `python train.py`: the script is the app
@@ -359,7 +466,8 @@ class BaseLauncher(Launcher):
         def add(m: manifest.Manifest) -> None:
             m.launcher, m.app, m.submitit_folder, m.launcher_pid = (
                 self.kind, app, str(self.params.submitit_folder), os.getpid())
-            m.submissions.append(manifest.SubmissionRecord(runs=[r.idx for r in runs], launcher_pid=os.getpid()))
+            m.submissions.append(manifest.SubmissionRecord(runs=[r.idx for r in runs], launcher_pid=os.getpid(),
+                                                           extra={"workers": workers} if workers else {}))
             for run in runs:
                 spec = RunSpec(run.idx, tuple(run.overrides), Path(run.run_dir).absolute(), run.max_steps)
                 m.runs[run.idx] = manifest.RunEntry(spec)  # job_id: filled in once the job exists

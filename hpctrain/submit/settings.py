@@ -37,6 +37,7 @@ class BaseLauncherConf:
     env: Dict[str, str] = field(default_factory=dict)  # variables exported for the job
     python: Optional[str] = None  # interpreter on the compute node; default: this one
     runs_per_task: int = 1  # k single-rank sweep points side by side in each task (pack.py)
+    workers: Optional[int] = None  # W tasks that pull the sweep's points until all are done (search/pull.py)
     gpu_memory_fraction: Optional[float] = None  # packed runs: each run's cap on its GPU's memory, (0, 1]
     container: ContainerConf = field(default_factory=ContainerConf)
     # the code every task runs, copied once per submission into the sweep dir (hpctrain/submit/snapshot.py):

@@ -26,6 +26,7 @@ class Calling(Enum):
     RUN = "run"  # job(run spec JSON): hpctrain.job.wrapper.SweepJob
     PACK = "pack"  # job([run spec JSON, ...]): hpctrain.job.pack.PackJob
     POSITIONAL = "positional"  # job(idx, overrides, run_dir): a search worker
+    PULL = "pull"  # job(worker): a grid's pull worker, running the submission's points (search/pull.py)
 
 
 @dataclass(frozen=True)
@@ -84,14 +85,24 @@ class Submission:
     arrays: List[Array] = field(default_factory=list)
     resources: Dict[str, Any] = field(default_factory=dict)  # what each task gets
     skipped: List[RunSpec] = field(default_factory=list)  # already completed: not submitted
+    points: List[RunSpec] = field(default_factory=list)  # PULL: the runs the worker tasks pull
 
     @property
     def runs(self) -> List[RunSpec]:
+        if self.calling == Calling.PULL:
+            return list(self.points)
         return [spec for task in self.tasks for spec in task]
+
+    @property
+    def claims_dir(self) -> Path:
+        """PULL: the points' claim files (search/points.py), this submission's own."""
+        return self.files.base / "points"
 
     def args(self, start: int = 0, stop: "int | None" = None) -> List[List[Any]]:
         """The job's arguments for tasks ``start:stop``, one list per parameter (as ``map_array`` takes them)."""
         tasks = self.tasks[start:stop]
+        if self.calling == Calling.PULL:
+            return [[t[0].idx for t in tasks]]
         if self.calling == Calling.POSITIONAL:
             return [[t[0].idx for t in tasks], [list(t[0].overrides) for t in tasks], [str(t[0].run_dir) for t in tasks]]
         if self.calling == Calling.PACK:
@@ -102,13 +113,18 @@ class Submission:
         """The run list the job script reads after each attempt (:mod:`hpctrain.job.attempt_ended`)."""
         tasks = [[{**s.to_json(self.sweep_dir), "overrides": redact_overrides(s.overrides)} for s in t]
                  for t in self.tasks]
-        return {"sweep_dir": str(self.sweep_dir), "tasks": tasks}  # the job script reads run dirs only
+        out: Dict[str, Any] = {"sweep_dir": str(self.sweep_dir), "tasks": tasks}  # the job script reads run dirs only
+        if self.calling == Calling.PULL:  # the workers' own: the overrides they run
+            out["points"] = [s.to_json(self.sweep_dir) for s in self.points]
+        return out
 
     def scripts(self) -> str:
         return "\n".join(a.head + a.script for a in self.arrays if a.script or a.head)
 
     def run_lines(self) -> List[str]:
         packed = f" as {len(self.tasks)} task(s)" if self.calling == Calling.PACK else ""
+        if self.calling == Calling.PULL:
+            packed = f" pulled by {len(self.tasks)} worker(s)"
         lines = [f"runs ({len(self.runs)} to submit{packed}, {len(self.skipped)} already completed):"]
         return lines + [f"  {r.idx:>4}  {r.run_dir}" for r in self.runs]
 

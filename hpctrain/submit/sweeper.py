@@ -107,16 +107,12 @@ def _scrub(multirun: Path, before: Optional[bytes], made: Optional[Path]) -> Non
 
 
 def size_problem(overrides: Sequence[Override], launcher: Optional[BaseLauncher]) -> Optional[str]:
-    """One line when the sweep has more points than hpctrain plans at once or the cluster queues, else None."""
+    """One line when the sweep has more points than hpctrain plans at once, else None (more tasks than the
+    queue holds are pulled by workers: :meth:`BaseLauncher.pull_workers`)."""
     sizes = {o.get_key_element(): count_values(o, MAX_POINTS + 1) for o in overrides}  # a key given twice: the last one counts
     points = math.prod(sizes.values())
     swept = " x ".join(f"{key}: {n}" for key, n in sizes.items() if n != 1)
     if points > MAX_POINTS:
         return (f"the sweep has {points} points ({swept}); hpctrain plans at most {MAX_POINTS} in one sweep: "
                 f"split it, or search the space (hydra/sweeper=search)")
-    most = launcher.limits().max_job_count if launcher is not None and hasattr(launcher, "limits") else None
-    tasks = math.ceil(points / launcher.runs_per_task()) if launcher is not None else points
-    if most is not None and tasks > most:
-        return (f"the sweep has {points} points ({swept}), {tasks} jobs in the queue (array tasks), and the "
-                f"cluster holds at most {most} (MaxJobCount): pack runs (hydra.launcher.runs_per_task) or split it")
     return None

@@ -45,6 +45,7 @@ _LAUNCHER = {  # both launchers' keys (hpctrain.submit.settings.BaseLauncherConf
     "env": {},
     "python": None,
     "runs_per_task": 1,
+    "workers": None,
     "gpu_memory_fraction": None,
     "container": {"image": None, "runtime": "apptainer", "binds": [], "args": [], "python": "python"},
     "snapshot": {"enabled": True, "paths": [], "max_mb": 50},

@@ -4,6 +4,8 @@ Its return value, a dict of numbers (or one number with ``+number_only=true``), 
 launchers record as the run's final metrics.
 """
 
+import time
+
 import hydra
 from omegaconf import DictConfig
 
@@ -11,6 +13,8 @@ from omegaconf import DictConfig
 @hydra.main(version_base="1.3", config_path=None, config_name=None)
 def main(cfg: DictConfig):
     x = float(cfg.get("x", 0.0))
+    if cfg.get("sleep_s"):
+        time.sleep(float(cfg.sleep_s))  # a point's work, for the pull workers' tests and benchmarks/pull_grid.py
     if cfg.get("bad_config"):
         raise ValueError(f"bad_config={cfg.bad_config}: expected nothing here")  # a bug: the same on every attempt
     if cfg.get("fail_above") is not None and x > float(cfg.fail_above):

@@ -86,11 +86,15 @@ class LocalLauncher(BaseLauncher):
 
     def plan_arrays(self, submission: Submission) -> List[Array]:
         """All tasks as one batch of local jobs (no script: submitit's local executor runs the command)."""
-        per_run, parallel = self.gpus_per_node(), self.max_parallel()
+        per_run, parallel = self.gpus_per_node(), self.parallel(submission)
         params = dict(timeout_min=int(self.params.timeout_min), tasks_per_node=self.tasks_per_node(),
                       gpus_per_node=per_run, signal_delay_s=int(self.params.signal_delay_s),
                       setup=self.setup_lines() + self.thread_lines(per_run, min(parallel, len(submission.tasks))))
         return [Array(0, len(submission.tasks), params)]
+
+    def parallel(self, submission: Submission) -> int:
+        """Tasks at once: ``max_parallel``; a grid's pull workers all at once (each its own GPUs)."""
+        return len(submission.tasks) if submission.calling is Calling.PULL else self.max_parallel()
 
     def resources(self) -> Dict[str, Any]:
         return dict(super().resources(), max_parallel=self.max_parallel())
@@ -104,9 +108,11 @@ class LocalLauncher(BaseLauncher):
         (array,) = submission.arrays
         executor.update_parameters(**array.parameters)
         tasks = submission.tasks
-        per_run, parallel = self.gpus_per_node(), self.max_parallel()
+        per_run, parallel = self.gpus_per_node(), self.parallel(submission)
         k = self.runs_per_task()
         what = f"{parallel} task(s) at a time, {k} runs side by side in each" if k > 1 else f"{parallel} at a time"
+        if submission.calling is Calling.PULL:
+            what = f"pulled by {len(tasks)} worker(s)"
         print(f"hpctrain: {len(submission.runs)} run(s) on this machine, {what}, "
               f"{self.tasks_per_node()} rank(s) each; sweep dir {submission.sweep_dir}")
         free = gpu_slots(visible_gpus(), per_run, parallel)  # physical indices, disjoint
@@ -117,6 +123,8 @@ class LocalLauncher(BaseLauncher):
         task_of = {run.idx: t for t, task in enumerate(tasks) for run in task}
         if submission.calling is Calling.POSITIONAL:  # a search's workers: the display follows their trials
             progress = Progress([], discover=lambda: trials_of(submission.sweep_dir))
+        elif submission.calling is Calling.PULL:  # a grid's workers: its points, worked while any worker runs
+            progress = Progress(submission.points, alive=lambda idx: bool(running))
         else:
             progress = Progress(submission.runs, alive=lambda idx: task_of[idx] in running)
         with interrupt.Interrupts() as interrupts:

@@ -242,27 +242,31 @@ class SlurmLauncher(BaseLauncher):
         queue = slurm.squeue(job_ids)
         if queue is None:
             return None
-        return {j for j in job_ids if slurm_parse.in_queue(queue, j)}
+        arrays = {slurm_parse.split_job_id(j)[0] for j in queue}  # a pulled run's job: its workers' array
+        return {j for j in job_ids if slurm_parse.in_queue(queue, j) or j in arrays}
 
-    def check_queue(self, n_tasks: int) -> List[str]:
-        """Refused up front: a sweep whose tasks would not fit under the association's or QOS's cap on
-        jobs in the queue (``MaxSubmitJobs``, read with sacctmgr where it answers)."""
+    def most_workers(self) -> Optional["tuple[int, str]"]:
+        """Pull workers are one array (chained arrays would start after the points are gone)."""
+        most = self.limits().tasks_per_array
+        return most, f"one array holds at most {most} tasks (MaxArraySize)"
+
+    def queue_room(self, n_tasks: int) -> Optional["tuple[int, str]"]:
+        """Whether ``n_tasks`` tasks fit under the cluster's cap on jobs (``MaxJobCount``) and the
+        association's or QOS's (``MaxSubmitJobs``, read with sacctmgr where it answers, less what you have
+        queued); None when they do, else how many do and the cap in words."""
         most = self.limits().max_job_count
         if most is not None and n_tasks > most:
-            return [f"the sweep needs {n_tasks} jobs in the queue (array tasks) and the cluster holds at most {most} "
-                    f"(MaxJobCount): pack runs (hydra.launcher.runs_per_task) or split the sweep"]
+            return most, f"the cluster holds at most {most} (MaxJobCount)"
         cap = slurm.max_submit_jobs(self.params.account, self.params.qos)
         if cap is None:
-            return []
+            return None
         limit, where = cap
         queued = slurm.jobs_in_queue_of_user()
         if queued is None:
             queued = 0
         if n_tasks + queued > limit:
-            return [f"the sweep needs {n_tasks} job(s) in the queue (array tasks) and you have {queued} there; "
-                    f"{where} allows at most {limit} (MaxSubmitJobs): pack runs (hydra.launcher.runs_per_task) "
-                    f"or split the sweep"]
-        return []
+            return limit - queued, f"you have {queued} there; {where} allows at most {limit} (MaxSubmitJobs)"
+        return None
 
     def finish(self, runs: List[PlannedRun], jobs: List[Any], sweep_dir: Path) -> List[JobReturn]:
         ids = slurm_parse.array_ids(str(j.job_id) for j in jobs)
