@@ -47,8 +47,9 @@ def test_slots_spread_runs_over_gpus_and_share_out_cpus():
 def test_max_submit_from_association_and_qos_the_tighter_wins():
     assoc = "acct_a|alice|50|normal,long|normal\nacct_b|alice||normal|\n"
     qos = "normal|20\nlong|\n"
-    assert slurm_parse.parse_max_submit(assoc, qos, None, None, "alice") == (20, "QOS normal (MaxSubmitJobsPerUser)")
-    assert slurm_parse.parse_max_submit(assoc, "normal|\n", "acct_a", None, "alice")[0] == 50
+    assert slurm_parse.parse_max_submit(assoc, qos, None, None, "alice") == (20, "QOS normal (MaxSubmitJobsPerUser)",
+                                                                            ("-q", "normal"))
+    assert slurm_parse.parse_max_submit(assoc, "normal|\n", "acct_a", None, "alice")[::2] == (50, ("-A", "acct_a"))
     assert slurm_parse.parse_max_submit(assoc, "normal|\n", "acct_b", None, "alice") is None
     assert slurm_parse.parse_max_submit("", "", None, None, "alice") is None
     # no --account: sbatch uses the default account, whose association has no cap (not the first row's)
@@ -168,12 +169,16 @@ def test_sweep_over_the_queue_cap_is_pulled_by_as_many_workers_as_fit(tmp_path):
     add = subprocess.run(["sacctmgr", "-i", "add", "account", account], capture_output=True, text=True)
     if add.returncode != 0:
         pytest.fail(f"sacctmgr cannot add an account (is accounting on?): {add.stderr}")
+    held = ""
     try:
         subprocess.run(["sacctmgr", "-i", "add", "user", user, f"account={account}", "MaxSubmitJobs=3"],
                        check=True, capture_output=True)
         sweep = tmp_path / "sweep"
-        queued_before = len(subprocess.run(["squeue", "-h", "-r", "-u", user, "-o", "%i"], capture_output=True,
-                                           text=True).stdout.split())
+        # the cap binds the account's jobs only: a held job of the user's in another account does not count
+        held = subprocess.run(["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"],
+                              capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+        queued_before = len(subprocess.run(["squeue", "-h", "-r", "-u", user, "-A", account, "-o", "%i"],
+                                           capture_output=True, text=True).stdout.split())
         room = 3 - queued_before
         proc = run_hpctrain(["-m", "seed=range(8)", "max_steps=5", "hydra/launcher=slurm", "hydra.launcher.wait=true",
                              f"hydra.launcher.account={account}", f"hydra.sweep.dir={sweep}"],
@@ -198,6 +203,8 @@ def test_sweep_over_the_queue_cap_is_pulled_by_as_many_workers_as_fit(tmp_path):
                              f"hydra.sweep.dir={tmp_path / 'default'}"], cwd=tmp_path, timeout=120)
         assert "runs (8 to submit, 0 already completed):" in proc.stdout, proc.stdout
     finally:
+        if held:
+            subprocess.run(["scancel", held], capture_output=True)
         subprocess.run(["sacctmgr", "-i", "delete", "user", user, f"account={account}"], capture_output=True)
         subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
 

@@ -13,7 +13,7 @@
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from hpctrain.core.state import State
 
@@ -243,8 +243,17 @@ def _int(value: Optional[str], default: int = 0) -> int:
         return default
 
 
+class SubmitCap(NamedTuple):
+    """A cap on the user's jobs in the queue: how many, who sets it, and the squeue filter that counts the
+    jobs it binds (an association's jobs are those of its account; a QOS's MaxSubmitPU those in that QOS)."""
+
+    limit: int
+    where: str
+    scope: Tuple[str, ...]
+
+
 def parse_max_submit(assoc_text: str, qos_text: str, account: Optional[str], qos: Optional[str],
-                     user: str, default_account: Optional[str] = None) -> Optional[Tuple[int, str]]:
+                     user: str, default_account: Optional[str] = None) -> Optional[SubmitCap]:
     """The tightest cap on this user's jobs in the queue, and who sets it.
 
     ``assoc_text``: ``sacctmgr -n -P show assoc where user=USER format=Account,User,MaxSubmit,QOS,DefaultQOS``;
@@ -258,18 +267,18 @@ def parse_max_submit(assoc_text: str, qos_text: str, account: Optional[str], qos
         rows = [r for r in rows if r[0] == account]
     elif default_account and any(r[0] == default_account for r in rows):
         rows = [r for r in rows if r[0] == default_account]
-    caps: List[Tuple[int, str]] = []
+    caps: List[SubmitCap] = []
     chosen_qos = qos
     if rows:
         acct, _, max_submit, _, default_qos = rows[0][:5]
         if max_submit.strip().isdigit():
-            caps.append((int(max_submit), f"the association of user {user}, account {acct}"))
+            caps.append(SubmitCap(int(max_submit), f"the association of user {user}, account {acct}", ("-A", acct)))
         chosen_qos = chosen_qos or default_qos.strip() or None
     for line in qos_text.splitlines():
         parts = line.split("|")
         if len(parts) >= 2 and chosen_qos and parts[0] == chosen_qos and parts[1].strip().isdigit():
-            caps.append((int(parts[1]), f"QOS {chosen_qos} (MaxSubmitJobsPerUser)"))
-    return min(caps) if caps else None
+            caps.append(SubmitCap(int(parts[1]), f"QOS {chosen_qos} (MaxSubmitJobsPerUser)", ("-q", chosen_qos)))
+    return min(caps, key=lambda c: c.limit) if caps else None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from hpctrain.slurm.parse import (
     expand_array_ids,
     parse_config,
     parse_max_submit,
+    SubmitCap,
     parse_partitions,
     parse_usage,
     Usage,
@@ -199,7 +200,7 @@ def _user() -> str:
     return getpass.getuser()
 
 
-def max_submit_jobs(account: Optional[str] = None, qos: Optional[str] = None) -> Optional[Tuple[int, str]]:
+def max_submit_jobs(account: Optional[str] = None, qos: Optional[str] = None) -> Optional[SubmitCap]:
     """``(cap, who sets it)`` on the user's jobs in the queue; ``None`` when none is set or sacctmgr
     does not answer (no accounting): then nothing is checked up front and sbatch has the last word."""
     user = _user()
@@ -233,9 +234,10 @@ def jobs_of_scripts(names: Iterable[str]) -> Optional[Dict[str, List[str]]]:
     return out
 
 
-def jobs_in_queue_of_user() -> Optional[int]:
-    """How many jobs (array tasks one by one) the user has in the queue; None when squeue fails."""
-    ans = run(["squeue", "-h", "-r", "-u", _user(), "-o", "%i"])
+def jobs_in_queue_of_user(scope: Sequence[str] = ()) -> Optional[int]:
+    """How many jobs (array tasks one by one) the user has in the queue, within ``scope`` (squeue's
+    ``-A ACCOUNT`` or ``-q QOS``: the jobs a cap binds); None when squeue fails."""
+    ans = run(["squeue", "-h", "-r", "-u", _user(), *scope, "-o", "%i"])
     return None if ans.stdout is None else len(ans.stdout.split())
 
 

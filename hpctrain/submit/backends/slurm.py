@@ -260,8 +260,8 @@ class SlurmLauncher(BaseLauncher):
         cap = slurm.max_submit_jobs(self.params.account, self.params.qos)
         if cap is None:
             return None
-        limit, where = cap
-        queued = slurm.jobs_in_queue_of_user()
+        limit, where, scope = cap
+        queued = slurm.jobs_in_queue_of_user(scope)
         if queued is None:
             queued = 0
         if n_tasks + queued > limit:
