@@ -5,6 +5,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from cli_helpers import run_hpctrain
@@ -128,3 +129,36 @@ def test_hung_is_its_own_state_retried_within_max_retries(tmp_path):
     assert state.state is State.HUNG and state.error.startswith("hung at step 30") and state.failed_rank == 1
     assert events.retry_allowed(tmp_path, 1) == 1
     assert events.retry_allowed(tmp_path, 0) is None
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_a_hung_rank_on_slurm_is_retried_away_from_its_node_to_the_same_weights(tmp_path):
+    """The same hang in a Slurm job (one node, two tasks): hung, stacks of both ranks, requeued with the node
+    it hung on in the job's excluded nodes, and completed elsewhere with the weights of a run that never hung."""
+    import subprocess
+
+    from slurm_helpers import job_id
+
+    sweep, ref = tmp_path / "sweep", tmp_path / "ref"
+    marker = tmp_path / "hung-once"
+    common = ["hydra/launcher=slurm", "hydra.launcher.tasks_per_node=2", "hang_timeout_s=5", "hydra.launcher.wait=true"]
+    run_hpctrain(["-m", *TASK, "+model.hang_at=30", f"+model.marker={marker}", *common,
+                  "hydra.launcher.max_retries=1", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=500)
+    (run_dir,) = run_dirs(sweep)
+    hung = [e.data() for e in events.events(run_dir) if e.kind is EventKind.HUNG]
+    assert hung and hung[0]["ranks"] == [1] and "block_forever" in hung[0]["frame"], hung
+    (node,) = hung[0]["nodes"]
+    assert {n.rsplit("-", 1)[-1] for n in stacks_of(run_dir)} == {"rank0.txt", "rank1.txt"}
+    retry = [e.data() for e in events.events(run_dir) if e.kind is EventKind.RETRYING]
+    assert retry and retry[0]["avoid_nodes"] == [node], retry
+    shown = subprocess.run(["scontrol", "show", "job", "-o", job_id(sweep)], capture_output=True, text=True).stdout
+    assert f"ExcNodeList={node}" in shown, shown
+    assert record_kinds(run_dir).count("started") == 2
+    assert events.read(run_dir).state is State.COMPLETED
+
+    run_hpctrain(["-m", *TASK, *common, f"hydra.sweep.dir={ref}"], cwd=tmp_path, timeout=500)
+    (ref_dir,) = run_dirs(ref)
+    mine, theirs = final_weights(run_dir), final_weights(ref_dir)
+    for key in mine:
+        assert torch.equal(mine[key], theirs[key]), key
