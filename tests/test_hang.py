@@ -162,3 +162,47 @@ def test_a_hung_rank_on_slurm_is_retried_away_from_its_node_to_the_same_weights(
     mine, theirs = final_weights(run_dir), final_weights(ref_dir)
     for key in mine:
         assert torch.equal(mine[key], theirs[key]), key
+
+
+def test_a_hang_inside_a_packed_run_ends_that_run_only(tmp_path):
+    """Two runs packed in one task (runs_per_task=2): the one that hangs is ended hung and retried; its sibling
+    runs on to completed once, never started again."""
+    sweep = tmp_path / "sweep"
+    marker = tmp_path / "hung-once"
+    run_hpctrain(["-m", *TASK, "+model.hang_at=-1,30", "+model.hang_rank=0", f"+model.marker={marker}",
+                  "hang_timeout_s=5", "hydra/launcher=local", "hydra.launcher.runs_per_task=2",
+                  "hydra.launcher.max_retries=1", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=400)
+    sibling, hung_run = run_dirs(sweep)
+    assert "hang_at=30" in hung_run.name and marker.exists()
+    kinds = record_kinds(hung_run)
+    assert "hung" in kinds and kinds.count("started") == 2 and kinds[-1] == "completed", kinds
+    assert record_kinds(sibling) == ["submitted", "started", "completed"], record_kinds(sibling)
+    assert any("block_forever" in t for t in stacks_of(hung_run).values())
+
+
+def test_a_search_trial_that_hangs_is_retried_and_the_study_reaches_n_trials(tmp_path):
+    """A trial of a local search hangs once (rank 0, step 30): its worker ends it (the process lives on), the
+    trial is released and resumed from its checkpoint; the study ends with n_trials trials, none counted twice."""
+    import optuna
+
+    sweep = tmp_path / "sweep"
+    marker = tmp_path / "hung-once"
+    run_hpctrain(["-m", "hydra/sweeper=search", "hydra/launcher=local", f"hydra.sweep.dir={sweep}",
+                  "lr=tag(log,interval(1e-3,1e-2))", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_workers=1",
+                  "hydra.sweeper.pruner=none", "hydra.launcher.max_retries=1", *TASK, "+model.hang_at=30",
+                  "+model.hang_rank=0", f"+model.marker={marker}", "hang_timeout_s=5"], cwd=tmp_path, timeout=500)
+    assert marker.exists()
+    study = optuna.load_study(study_name="search", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(sweep / ".hpctrain" / "study.journal"))))
+    found = study.get_trials(deepcopy=False)
+    assert sorted(t.number for t in found) == [0, 1, 2]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in found), [t.state for t in found]
+    dirs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.startswith("trial-"))
+    assert len(dirs) == 3
+    hung = [d for d in dirs if "hung" in record_kinds(d)]
+    assert len(hung) == 1, [record_kinds(d) for d in dirs]
+    kinds = record_kinds(hung[0])
+    assert kinds.count("retrying") == 1 and kinds[-1] == "completed", kinds
+    assert any("block_forever" in t for t in stacks_of(hung[0]).values())
+    # its worker ended the trial and went on: one worker job, never retried itself
+    assert len(list((sweep / ".submitit").glob("*_log.out"))) == 1

@@ -29,6 +29,7 @@ from typing import IO, Any, List, MutableSequence, NamedTuple, Optional, cast
 
 DIR_ENV = "HPCTRAIN_HEARTBEAT_DIR"
 DUMP_SIGNAL = signal.SIGRTMIN + 5  # faulthandler's: every thread's stack into the rank's .stack file
+INTERRUPT_SIGNAL = signal.SIGRTMIN + 6  # a hang called: raise HangInterrupt in the main thread (if it runs Python)
 SLOTS = 6  # step, phase, pid, main thread id, rank, node-local rank
 STEP, PHASE, PID, THREAD, RANK, LOCAL_RANK = range(SLOTS)
 _FORMAT = f"{SLOTS}q"
@@ -43,6 +44,15 @@ class Phase(IntEnum):
     EVAL = 2
     CHECKPOINT = 3
     DONE = 4  # the loop ended: nothing to watch
+
+
+class HangInterrupt(RuntimeError):
+    """Raised in a rank's main thread when the watchdog called its run hung and its owner (a search worker)
+    lives on after the trial: the trial ends, the process does not."""
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise HangInterrupt("the hang watchdog ended this attempt (see the run's record and stacks/)")
 
 
 class Beat(NamedTuple):
@@ -87,6 +97,9 @@ class Heart:
             self.slots[slot] = int(value)
         self._stack: Optional[IO[Any]] = open(self.path.with_suffix(".stack"), "w")
         faulthandler.register(DUMP_SIGNAL, file=self._stack, all_threads=True, chain=False)
+        self._previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(INTERRUPT_SIGNAL, _interrupted)
 
     def phase(self, phase: Phase) -> None:
         self.slots[PHASE] = int(phase)
@@ -98,6 +111,8 @@ class Heart:
             faulthandler.unregister(DUMP_SIGNAL)
             self._stack.close()
             self._stack = None
+            if self._previous is not None:
+                signal.signal(INTERRUPT_SIGNAL, self._previous)
 
 
 class NoHeart:

@@ -55,6 +55,9 @@ class WatchSettings:
     checkpoint_s: float = 900.0
     job_id: str = ""
     node: str = ""
+    # 0: the hung ranks are killed at once (their process is the attempt's); else first interrupted (a search
+    # worker's trial: HangInterrupt ends the trial, the worker lives on), killed if not out of training by then
+    interrupt_s: float = 0.0
 
     @property
     def poll_s(self) -> float:
@@ -64,7 +67,8 @@ class WatchSettings:
         return json.dumps(self.__dict__)
 
 
-def settings_of(config: Any, directory: Path, run_dir: Path, job_id: str) -> Optional[WatchSettings]:
+def settings_of(config: Any, directory: Path, run_dir: Path, job_id: str,
+                interrupt_s: float = 0.0) -> Optional[WatchSettings]:
     """The watchdog's settings from a run's composed config (keys absent in a user's own app: defaults);
     None when ``hang_timeout_s=0`` turns it off."""
     def get(key: str, default: Any) -> Any:
@@ -77,7 +81,7 @@ def settings_of(config: Any, directory: Path, run_dir: Path, job_id: str) -> Opt
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     return WatchSettings(str(directory), str(run_dir), os.getpid(), None if timeout is None else float(timeout),
                     float(get("hang_first_step_s", 1800.0)), float(get("hang_eval_s", 1800.0)),
-                    float(get("hang_checkpoint_s", 900.0)), job_id, node)
+                    float(get("hang_checkpoint_s", 900.0)), job_id, node, interrupt_s)
 
 
 def start(settings: WatchSettings) -> "subprocess.Popen[bytes]":
@@ -211,11 +215,31 @@ class Watchdog:
                        "stacks": sorted(str(p) for p in self.copied)})
         except OSError as exc:
             print(f"hpctrain: the hang cannot be recorded: {exc}", file=sys.stderr, flush=True)
+        if self.s.interrupt_s:
+            self.interrupt(ranks)
         for w in ranks:  # the step is torn down: a hung process may ignore anything but SIGKILL
+            if alive(w.beat.pid) and self.still_training(w):
+                try:
+                    os.kill(w.beat.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def interrupt(self, ranks: List[Watch]) -> None:
+        """HangInterrupt in each rank's main thread; wait until each is out of training (its heartbeat done)
+        or gone, at most ``interrupt_s``. A rank stuck in a C call never sees it: killed after that."""
+        for w in ranks:
             try:
-                os.kill(w.beat.pid, signal.SIGKILL)
+                os.kill(w.beat.pid, heartbeat.INTERRUPT_SIGNAL)
             except OSError:
                 pass
+        deadline = time.monotonic() + self.s.interrupt_s
+        while time.monotonic() < deadline and any(alive(w.beat.pid) and self.still_training(w) for w in ranks):
+            time.sleep(0.1)
+
+    @staticmethod
+    def still_training(w: Watch) -> bool:
+        beat = heartbeat.read(w.path)
+        return beat is None or beat.phase is not Phase.DONE
 
     def dump(self, ranks: List[Watch]) -> Dict[int, str]:
         """Every rank's stack (faulthandler, and py-spy where installed), copied into the run dir."""

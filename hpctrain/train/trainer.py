@@ -231,6 +231,12 @@ class Trainer:
                 or bool(every.eval and step % every.eval == 0))
 
     def fit(self) -> Dict[str, Any]:
+        try:
+            return self._fit()
+        finally:
+            self.heart.close()  # out of training, however it ended (the watchdog waits for it on an interrupt)
+
+    def _fit(self) -> Dict[str, Any]:
         cfg, started = self.cfg, time.time()
         meter = Throughput(cfg.batch_size, tokens_per_sample(self.train_set[0]), self._flops_per_step(),
                            peak_flops(self.device, str(cfg.precision)), self.info.world_size, sync=self._sync)
