@@ -79,7 +79,22 @@ def test_a_long_first_step_and_eval_are_not_a_hang_but_a_stall_in_training_is(tm
     assert metrics(slow).get("status") == "completed", record_kinds(slow)
     assert "hung" not in record_kinds(slow)
     assert metrics(stalled).get("status") == "hung", record_kinds(stalled)
-    assert metrics(stalled)["error"].startswith("hung at step 30 (train)"), metrics(stalled)["error"]
+    line = metrics(stalled)["error"]
+    assert line.startswith("hung at step 30 (train)") and "\n" not in line, line
+    # status, report and the API show the state and its one line
+    shown = run_hpctrain(["status", str(sweep)], cwd=tmp_path, check=False, env={"COLUMNS": "300"}).stdout
+    assert "1 hung" in shown and f"#1 hung: {line}" in " ".join(shown.split()), shown
+    report = run_hpctrain(["report", str(sweep)], cwd=tmp_path, check=False, env={"COLUMNS": "300"}).stdout
+    assert " hung (log:" in report and line in " ".join(report.split()), report
+    import hpctrain
+
+    run = hpctrain.load(sweep).runs[1]
+    assert run.state is State.HUNG and run.error == line
+    from hpctrain.review.tensorboard_plugin import data as tab
+
+    shown_in_tab = tab.payload(sweep, tab.TailCache())
+    assert shown_in_tab["counts"].get("hung") == 1
+    assert [(f["idx"], f["state"], f["error"]) for f in shown_in_tab["failed"]] == [(1, "hung", line)]
 
 
 # ---------------------------------------------------------------- the watchdog's allowances, without processes
