@@ -127,6 +127,27 @@ def test_the_train_allowance_is_derived_from_the_measured_step_time_with_a_floor
         heart.close()
 
 
+def test_a_resumed_run_warms_up_again_under_the_first_step_allowance(tmp_path):
+    """A run resumed at step 20 (its checkpoint): its first steps there (a compile again) have the first step's
+    allowance, not the train allowance, however far its step jumped from the start."""
+    heart = beat_file(tmp_path, 0)
+    try:
+        dog = watchdog.Watchdog(watchdog.WatchSettings(str(tmp_path), str(tmp_path), os.getpid(), timeout_s=5))
+        assert dog.look(0.0) == []  # starting: step -1
+        heart.slots[heartbeat.STEP] = 20
+        heart.phase(Phase.TRAIN)
+        assert dog.look(1.0) == []
+        heart.slots[heartbeat.STEP] = 21
+        assert dog.look(2.0) == []
+        assert dog.look(100.0) == []  # 98 s on step 21: warm-up, allowed 1800 s
+        for step in range(22, 26):
+            heart.slots[heartbeat.STEP] = step
+            assert dog.look(100.0 + step) == []
+        assert len(dog.look(125.0 + 6)) == 1  # past warm-up: 5 s
+    finally:
+        heart.close()
+
+
 def test_hang_timeout_zero_turns_the_watchdog_off(tmp_path):
     assert watchdog.settings_of({"hang_timeout_s": 0}, tmp_path, tmp_path, "1") is None
     on = watchdog.settings_of({}, tmp_path, tmp_path, "1")

@@ -111,7 +111,12 @@ class Watch:
     beat: Beat
     changed_at: float
     phases: Set[Phase] = field(default_factory=set)  # gone through since its last step
-    advances: int = 0
+    origin: Optional[int] = None  # its step when it was first seen training (a resumed run's checkpoint step)
+
+    @property
+    def advances(self) -> int:
+        """Steps trained since this watchdog first saw it training (warm-up counts from there)."""
+        return 0 if self.origin is None else self.beat.step - self.origin
 
 
 def alive(pid: int) -> bool:
@@ -162,11 +167,12 @@ class Watchdog:
                 continue
             w = self.watches.get(path)
             if w is None:
-                self.watches[path] = Watch(path, beat, now, {beat.phase})
-                continue
+                w = self.watches[path] = Watch(path, beat, now, {beat.phase})
+            if w.origin is None and beat.phase is Phase.TRAIN:
+                w.origin = beat.step
             if beat.step != w.beat.step:
                 gap = now - w.changed_at
-                w.advances += max(1, beat.step - w.beat.step)
+                w.beat = beat
                 if w.advances > WARMUP_STEPS and w.phases == {Phase.TRAIN} and beat.phase is Phase.TRAIN:
                     self.longest_gap = max(self.longest_gap, gap)
                 w.beat, w.changed_at, w.phases = beat, now, {beat.phase}
