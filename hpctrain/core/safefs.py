@@ -13,7 +13,7 @@ import os
 import pwd
 import stat
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import Callable, List, Optional, Tuple, Union
 
 PathLike = Union[str, Path]
 NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
@@ -58,28 +58,35 @@ def owner_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def open_lock(path: PathLike, mode: Optional[int] = None) -> int:
-    """A lock file's descriptor (``O_RDWR``, created if missing): never through a link, only a regular file
-    of ours with one name (a hard link to a file of ours would be written through)."""
-    path = os.fspath(path)
+def _open_checked(path: str, flags: int, mode: int, allowed_uids: Callable[[], Tuple[int, ...]],
+                  what: str) -> int:
+    """``os.open`` without following a link, then ``fstat``: a regular file owned by one of
+    ``allowed_uids()``; :class:`UnsafeFile` saying why otherwise (``what`` ends each reason)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW, read_mode() if mode is None else mode)
+        fd = os.open(path, flags | NOFOLLOW, mode)
     except OSError as exc:
         if os.path.islink(path):
-            raise UnsafeFile(exc.errno, f"{path} is a symbolic link (not followed)") from None
+            raise UnsafeFile(exc.errno, f"{path} is a symbolic link: not followed") from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(f"{path} is not a regular file")
-        if st.st_uid != os.geteuid():
-            raise UnsafeFile(f"{path} belongs to {owner_name(st.st_uid)}, not to you")
-        if st.st_nlink != 1:
-            raise UnsafeFile(f"{path} has {st.st_nlink} names (a hard link)")
+            raise UnsafeFile(f"{path} is not a regular file: {what}")
+        if st.st_uid not in allowed_uids():
+            raise UnsafeFile(f"{path} belongs to {owner_name(st.st_uid)}, not to you: {what}")
+        if flags & os.O_RDWR and st.st_nlink != 1:  # a hard link to a file of ours would be written through
+            raise UnsafeFile(f"{path} has {st.st_nlink} names (a hard link): {what}")
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def open_lock(path: PathLike, mode: Optional[int] = None) -> int:
+    """A lock file's descriptor (``O_RDWR``, created if missing): never through a link, only a regular file
+    of ours with one name."""
+    return _open_checked(os.fspath(path), os.O_RDWR | os.O_CREAT, read_mode() if mode is None else mode,
+                         lambda: (os.geteuid(),), "not used as a lock")
 
 
 def own_dir(path: PathLike, mode: Optional[int] = None) -> Path:
@@ -136,23 +143,8 @@ def open_read(path: PathLike) -> int:
     planted there would copy a file of the reader's into a report others read), a regular file, owned by the
     reader or by the owner of the directory holding it; :class:`UnsafeFile` saying why otherwise."""
     path = os.fspath(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW)
-    except OSError as exc:
-        if os.path.islink(path):
-            raise UnsafeFile(exc.errno, f"{path} is a symbolic link: not followed") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(f"{path} is not a regular file: not read")
-        if st.st_uid != os.geteuid() and st.st_uid != os.stat(os.path.dirname(path) or ".").st_uid:
-            raise UnsafeFile(f"{path} belongs to {owner_name(st.st_uid)}, neither you nor its directory's owner: "
-                             f"not read")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _open_checked(path, os.O_RDONLY | os.O_NONBLOCK, 0,
+                         lambda: (os.geteuid(), os.stat(os.path.dirname(path) or ".").st_uid), "not read")
 
 
 def guard_tree(sweep_dir: PathLike, launch_dir: PathLike) -> List[str]:
