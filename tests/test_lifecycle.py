@@ -18,10 +18,10 @@ def kinds(run_dir: Path) -> List[str]:
     return [e.kind.value for e in events.events(run_dir)]
 
 
-def test_the_table_decides_every_outcome_and_only_a_failure_is_retried():
+def test_the_table_decides_every_outcome_and_only_a_failure_or_a_hang_is_retried():
     assert set(DECISIONS) == set(Outcome)
-    assert {o for o, d in DECISIONS.items() if d.retried} == {Outcome.FAILED}
-    assert {o for o, d in DECISIONS.items() if d.every_rank} == {Outcome.FAILED, Outcome.TIMED_OUT}
+    assert {o for o, d in DECISIONS.items() if d.retried} == {Outcome.FAILED, Outcome.HUNG}
+    assert {o for o, d in DECISIONS.items() if d.every_rank} == {Outcome.FAILED, Outcome.TIMED_OUT, Outcome.HUNG}
 
 
 def test_an_attempt_is_ended_once_the_second_end_writes_no_event(tmp_path):

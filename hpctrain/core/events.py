@@ -238,8 +238,14 @@ def failed(run_dir: PathLike, error: str, rank: int = -1, fallout: Optional[bool
                   fallout=is_fallout(error) if fallout is None else fallout)
 
 
-def retrying(run_dir: PathLike, attempt: int, of: int) -> Event:
-    return _write(run_dir, EventKind.RETRYING, attempt=attempt, of=of)
+def hung(run_dir: PathLike, error: str, rank: int = -1, job_id: Optional[str] = None, **details: Any) -> Event:
+    """The watchdog ended a hung attempt: ``error`` is its one line (ranks, nodes, the top frame); ``details``
+    the ranks, nodes and stack files it names (hpctrain.job.watchdog)."""
+    return _write(run_dir, EventKind.HUNG, rank, error=error, job_id=job_id, **details)
+
+
+def retrying(run_dir: PathLike, attempt: int, of: int, **details: Any) -> Event:
+    return _write(run_dir, EventKind.RETRYING, attempt=attempt, of=of, **details)
 
 
 def requeued(run_dir: PathLike, rank: int = 0, **details: Any) -> Optional[Event]:
@@ -331,10 +337,13 @@ def app_fingerprint(task_function: Any) -> str:
 def retry_allowed(run_dir: PathLike, max_retries: int) -> Optional[int]:
     """For the one decider, after an attempt ended: the retry number to record, or None.
 
-    Only a failed attempt is retried, while fewer than ``max_retries`` retries were used since the
-    run was submitted, and only when a retry can fix it (:func:`hpctrain.core.errors.deterministic`).
+    Only a failed or hung attempt is retried, while fewer than ``max_retries`` retries were used since the
+    run was submitted, and only when a retry can fix it (:func:`hpctrain.core.errors.deterministic`; a hang
+    always may: a stuck peer, link or file system read is the machine's).
     """
     rs = read(run_dir)
+    if rs.state is State.HUNG:
+        return rs.retries + 1 if rs.retries < max_retries else None
     if rs.state is not State.FAILED or rs.retries >= max_retries or deterministic(rs.error):
         return None
     return rs.retries + 1

@@ -22,6 +22,7 @@ PACKED_CANCELLED = "cancelled (its record says so)"  # the task's note in that l
 RECORD_DIR = os.path.join(HPCTRAIN_DIR, "record")  # the run's event log (hpctrain.core.events)
 TB_DIR = "tb"
 CKPT_DIR = "checkpoints"
+STACKS_DIR = "stacks"  # a hung attempt's stack dumps, one file per rank (hpctrain.job.watchdog)
 CKPT = Path(CKPT_DIR) / "last.pt"
 PREVIOUS_CKPT = "previous.pt"
 HYDRA_DIR = ".hydra"

@@ -14,7 +14,7 @@ are placed by time, as they always were: ``retrying`` and ``requeued`` end an at
 
 Within the current submission, ``completed`` > ``pruned`` > ``cancelled`` are final: once in the record
 no later event, in any attempt, undoes them. Otherwise the latest attempt decides, by precedence, never
-by the order its events were written in: timeout > retrying > requeued > failed > paused > running.
+by the order its events were written in: timeout > retrying > requeued > hung > failed > paused > running.
 ``paused`` (a search trial at a unit's end) is neither active nor final: a promotion starts a new attempt. A new start
 after a failure (a retry, a rerun of ``python -m hpctrain``) begins a new attempt. Budgets count attempts,
 not events: a retry recorded twice for one attempt counts once. A failed attempt's error is a rank's own
@@ -41,6 +41,7 @@ class State(str, Enum):
     CANCELLED = "cancelled"
     PRUNED = "pruned"
     PAUSED = "paused"  # a search trial stopped at a unit's end, its checkpoint kept for a promotion
+    HUNG = "hung"  # no rank advanced for its hang allowance: the watchdog ended the attempt (hpctrain.job.watchdog)
 
     def __str__(self) -> str:
         return self.value
@@ -55,9 +56,9 @@ class State(str, Enum):
 
 
 ACTIVE = frozenset({State.QUEUED, State.RUNNING, State.REQUEUED, State.HELD, State.RETRYING})
-FINAL = frozenset({State.COMPLETED, State.FAILED, State.TIMEOUT, State.CANCELLED, State.PRUNED})
+FINAL = frozenset({State.COMPLETED, State.FAILED, State.TIMEOUT, State.CANCELLED, State.PRUNED, State.HUNG})
 RESTING = frozenset({State.PAUSED})  # neither: no job holds it, and a promotion may yet resume it
-FAILURES = (State.FAILED, State.TIMEOUT)  # the states whose error is shown
+FAILURES = (State.FAILED, State.TIMEOUT, State.HUNG)  # the states whose error is shown
 
 
 class EventKind(str, Enum):
@@ -73,6 +74,7 @@ class EventKind(str, Enum):
     CANCELLED = "cancelled"
     PRUNED = "pruned"
     PAUSED = "paused"
+    HUNG = "hung"
 
     def __str__(self) -> str:
         return self.value
@@ -147,8 +149,13 @@ _FINAL_EVENTS = [(EventKind.COMPLETED, State.COMPLETED), (EventKind.PRUNED, Stat
                  (EventKind.CANCELLED, State.CANCELLED)]
 # within the latest attempt: the strongest event wins, whatever the order (or the clocks) they were written in
 _PRECEDENCE = [(EventKind.TIMEOUT, State.TIMEOUT), (EventKind.RETRYING, State.RETRYING),
-               (EventKind.REQUEUED, State.REQUEUED), (EventKind.FAILED, State.FAILED),
+               (EventKind.REQUEUED, State.REQUEUED), (EventKind.HUNG, State.HUNG), (EventKind.FAILED, State.FAILED),
                (EventKind.PAUSED, State.PAUSED), (EventKind.STARTED, State.RUNNING)]
+
+
+# the events whose error a failed state shows: a hang's own line, not the fallout its killed ranks wrote
+_ERRORS = {State.FAILED: (EventKind.FAILED, EventKind.TIMEOUT), State.TIMEOUT: (EventKind.FAILED, EventKind.TIMEOUT),
+           State.HUNG: (EventKind.HUNG,)}
 
 
 @dataclass
@@ -280,7 +287,7 @@ def fold(all_events: List[Event]) -> RunState:
     kinds = {e.kind for e in attempt} - ({EventKind.REQUEUED} if last in unrequeued else set())
     out.state = next((s for k, s in _PRECEDENCE if k in kinds), State.QUEUED)
     if out.state in FAILURES:
-        out.error, out.failed_rank = _cause([e for e in attempt if e.kind in (EventKind.FAILED, EventKind.TIMEOUT)])
+        out.error, out.failed_rank = _cause([e for e in attempt if e.kind in _ERRORS[out.state]])
         out.ended_at = max(e.time_ns for e in attempt if e.kind is not EventKind.STARTED) / 1e9
     return out
 

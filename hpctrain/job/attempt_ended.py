@@ -73,12 +73,23 @@ def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log
     if attempt is None and after.state is State.FAILED and max_retries > 0 and deterministic(after.error):
         print(f"hpctrain: {run_dir.name} failed with {last_line(after.error)}: the same error would come back on "
               f"every attempt, not retried", file=sys.stderr, flush=True)
+    nodes = avoid_nodes(rs) if attempt is not None and rs.state is State.HUNG and key else []
     if attempt is not None:
-        events.retrying(run_dir, attempt, max_retries)
-        print(f"hpctrain: {run_dir.name} failed; retry {attempt} of {max_retries}", file=sys.stderr, flush=True)
+        events.retrying(run_dir, attempt, max_retries, **({"avoid_nodes": nodes} if nodes else {}))
+        away = f", away from node(s) {','.join(nodes)}" if nodes else ""
+        print(f"hpctrain: {run_dir.name} {rs.state if rs.state is State.HUNG else 'failed'}; retry {attempt} of "
+              f"{max_retries}{away}", file=sys.stderr, flush=True)
     if rs.state is not None:
         summary.write(run_dir)
     return attempt
+
+
+def avoid_nodes(rs: RunState) -> List[str]:
+    """The nodes a hung run's retry keeps off: where a rank waited in its own code (the watchdog's record),
+    else every node that saw the hang."""
+    hung = [e.data() for e in rs.events if e.kind is EventKind.HUNG]
+    own = [n for d in hung if not d.get("fallout") for n in d.get("nodes") or []]
+    return sorted(set(own or [n for d in hung for n in d.get("nodes") or []]))
 
 
 def task_runs(runs_file: Path, index: int) -> "tuple[Optional[Path], List[tuple[Optional[int], Path]]]":
@@ -132,16 +143,23 @@ def main(argv: list) -> int:
             return entry.job_id if entry is not None else None
         return job
 
+    before = [events.read(run_dir) for run_dir in run_dirs]
     # every run decides, none skipped
     retries = [ended_or_said(run_dir, exit_code, max_retries, log, recorded_job(idx)) for idx, run_dir in runs]
+    hung = sorted({n for rs, r in zip(before, retries) if r is not None and rs.state is State.HUNG
+                   for n in avoid_nodes(rs)})
     if any(r is not None for r in retries):
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
         job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job_id else os.environ.get("SLURM_JOB_ID", "")
         previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue SIGTERMs the job, this step too
         try:
-            ans = host.requeue()
+            ans = host.requeue_avoiding(hung) if hung else host.requeue()
         finally:
             signal.signal(signal.SIGTERM, previous)
+        if hung and ans.stdout is not None:
+            kept = host.EXCLUDE_FAILED not in ans.stdout
+            print(f"hpctrain: requeued {job_id}" + (f" with node(s) {','.join(hung)} excluded" if kept else
+                  f"; its excluded nodes could not be set ({' '.join(ans.stdout.split())})"), file=sys.stderr)
         if ans.stdout is None:  # the retry cannot happen: the runs end failed, saying why
             for run_dir, retry in zip(run_dirs, retries):
                 if retry is not None:

@@ -19,6 +19,7 @@ nothing and answers the first decision. What the attempt produced (:func:`outcom
     an exception (any rank)               FAILED      failed      yes, within max_retries, unless deterministic
     submitit gave up at the time limit    TIMED_OUT   timeout     no (final)
     the preemption signal, checkpointed   REQUEUED    requeued    no: Slurm requeues the job, the run resumes
+    no rank advanced (the watchdog)       HUNG        hung        yes, within max_retries (avoiding its nodes)
 
 Each decision also says which ranks write it: the run's own outcome rank 0 only; an error each rank that
 raised it (the fold prefers a rank's own error to the fallout the others saw). No torch here.
@@ -49,6 +50,7 @@ class Outcome(str, Enum):
     FAILED = "failed"
     TIMED_OUT = "timed out"
     REQUEUED = "requeued"
+    HUNG = "hung"
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ DECISIONS: Dict[Outcome, EndRule] = {
     Outcome.FAILED: EndRule(State.FAILED, events.failed, True, True, "the task function raised"),
     Outcome.TIMED_OUT: EndRule(State.TIMEOUT, events.timed_out, True, False, "submitit gave up at the time limit"),
     Outcome.REQUEUED: EndRule(State.REQUEUED, events.requeued, False, False, "checkpointed on the preemption signal"),
+    Outcome.HUNG: EndRule(State.HUNG, events.hung, True, True, "no rank advanced within its hang allowance"),
 }
 
 
@@ -157,6 +160,8 @@ class Lifecycle:
             decision.write(self.run_dir, error, rank=self.rank, job_id=self.job_id)
         elif outcome is Outcome.TIMED_OUT:
             decision.write(self.run_dir, error, rank=self.rank)
+        elif outcome is Outcome.HUNG:  # written by the watchdog, a process of its own (hpctrain.job.watchdog)
+            decision.write(self.run_dir, error, rank=self.rank, job_id=self.job_id, **details)
         elif outcome is Outcome.PRUNED:
             decision.write(self.run_dir, step=step, reason=reason, rank=self.rank)
         elif outcome is Outcome.PAUSED:

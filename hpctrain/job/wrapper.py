@@ -28,6 +28,7 @@ from hpctrain.core.atomic import write_bytes_atomic
 from hpctrain.core import safefs, summary
 from hpctrain.core.errors import DiskFullError
 from hpctrain.core.run import RunSpec
+from hpctrain.job import heartbeat, watchdog
 from hpctrain.job.lifecycle import Lifecycle, Outcome, active, error_tail, load_payload, outcome_of, requeue, say
 from hpctrain.job.sampler import Sampler
 
@@ -84,14 +85,23 @@ class SweepJob:
             # the planned dir, not hydra.sweep.subdir resolved again here (job id, resolvers, clock)
             sweep_config.hydra.run.dir = run_dir
         HydraConfig.instance().set_config(sweep_config)
-        with Sampler(run_dir, interval_s=SAMPLE_EVERY_S, write_tb=env.global_rank == 0) as sampler:
-            ret = run_job(
-                hydra_context=payload.hydra_context,
-                task_function=payload.task_function,
-                config=sweep_config,
-                job_dir_key="hydra.run.dir",
-                job_subdir_key=None,
-            )
+        beats = heartbeat.dir_for(run_dir, str(env.job_id))
+        settings = watchdog.settings_of(sweep_config, beats, spec.run_dir, str(env.job_id))
+        dog = watchdog.start(settings) if settings is not None and env.local_rank == 0 else None  # one per node
+        if settings is not None:
+            os.environ[heartbeat.DIR_ENV] = str(beats)  # the trainer's heartbeat (hpctrain.job.heartbeat)
+        try:
+            with Sampler(run_dir, interval_s=SAMPLE_EVERY_S, write_tb=env.global_rank == 0) as sampler:
+                ret = run_job(
+                    hydra_context=payload.hydra_context,
+                    task_function=payload.task_function,
+                    config=sweep_config,
+                    job_dir_key="hydra.run.dir",
+                    job_subdir_key=None,
+                )
+        finally:
+            os.environ.pop(heartbeat.DIR_ENV, None)
+            watchdog.stop(dog)
         if env.global_rank == 0 and sampler.stats.n:
             summary.write(run_dir, sys=sampler.summary())
         outcome, exc = outcome_of(ret)

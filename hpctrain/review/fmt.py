@@ -18,6 +18,7 @@ STATE_STYLE: Mapping[State, str] = {
     State.PAUSED: "bright_blue",
     State.FAILED: "bold red",
     State.TIMEOUT: "red",
+    State.HUNG: "bold magenta",
     State.CANCELLED: "dim",
 }
 

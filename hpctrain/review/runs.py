@@ -250,7 +250,10 @@ class _Judge:
         return self._ended(spec, state)
 
     def _failed(self, spec: ListedRun, state: State, error: Optional[str]) -> Tuple[State, str]:
-        """A failure caused by the time limit (submitit gave up requeuing, or Slurm killed it) is a timeout."""
+        """A failure caused by the time limit (submitit gave up requeuing, or Slurm killed it) is a timeout; a hang
+        the watchdog ended stays hung (its one line is the error)."""
+        if state is State.HUNG:
+            return State.HUNG, ""
         if state is State.TIMEOUT or jobs.is_timeout(error or "") or (
                 spec.job_id and jobs.log_marker(self.sweep.submitit_folder, spec.job_id) is State.TIMEOUT):
             return State.TIMEOUT, "hit its time limit"

@@ -39,7 +39,7 @@ from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import SweepPaths
 from hpctrain.core.run import RunSpec
 from hpctrain.core.state import State
-from hpctrain.job import lifecycle
+from hpctrain.job import heartbeat, lifecycle, watchdog
 from hpctrain.search import exploit
 from hpctrain.search import study as studies
 from hpctrain.search.claims import Heartbeat, alive_path
@@ -59,6 +59,7 @@ WAIT_S = 5.0  # between looks while an owner's fate is unknown
 WAIT_MAX_GRACES = 5  # a worker waits for unknown owners at most this many grace periods
 INFRA_RETRIES = 3
 INTERRUPTED = "interrupted"
+HANG_INTERRUPT_S = 15.0  # a hung trial's ranks: this long to leave the trial before they are killed
 _running: Dict[str, Any] = {}  # this process's current trial (run dir), for checkpoint()
 
 
@@ -194,11 +195,19 @@ class SearchWorker:
         _running.pop("interrupted", None)
         end = a.unit.end_step if a.unit is not None and a.unit.end_step < int(s.max_steps or 0) else None
         bridge = TrialBridge(a.number, s.metric, trial, end=end, max_steps=s.max_steps, run_dir=str(run_dir))
+        env = submitit.JobEnvironment()
+        beats = heartbeat.dir_for(run_dir, f"{me}-{seq}")  # per unit: an ended unit's watchdog clears its own
+        dog_settings = watchdog.settings_of(config, beats, run_dir, me, interrupt_s=HANG_INTERRUPT_S)
+        dog = watchdog.start(dog_settings) if dog_settings is not None and env.local_rank == 0 else None
+        if dog_settings is not None:
+            os.environ[heartbeat.DIR_ENV] = str(beats)
         try:
             with activate(bridge), lifecycle.active(life):
                 ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
                               job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
         finally:
+            os.environ.pop(heartbeat.DIR_ENV, None)
+            watchdog.stop(dog)
             _running.pop("run_dir", None)
             if beat is not None:
                 beat.stop()
@@ -250,6 +259,17 @@ class SearchWorker:
                 print(f"hpctrain search: trial {a.number}: its lease passed to another worker; not told",
                       flush=True)
         result = stored_value(ret)
+        if events.read(run_dir).state is State.HUNG:  # the watchdog ended it: retried from its checkpoint, or failed
+            retry = events.retry_allowed(run_dir, s.max_adoptions - 1)
+            if retry is not None and self._retrying("releasing a trial", lambda st: leases.release(a)):
+                events.retrying(run_dir, retry, s.max_adoptions - 1)
+                summary.write(run_dir)
+                print(f"hpctrain search: trial {a.number} hung: released, retry {retry} of {s.max_adoptions - 1}",
+                      flush=True)
+                return State.RETRYING, None
+            tell(TrialState.FAIL)
+            summary.write(run_dir)
+            return State.HUNG, None
         if ret.status == JobStatus.FAILED:
             error = "".join(traceback.format_exception(result))[-3000:] if isinstance(result, BaseException) else str(result)
             life.end(Outcome.FAILED, error=error, trial=a.number)

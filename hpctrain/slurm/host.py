@@ -36,6 +36,7 @@ class Request(str, Enum):
     SHOW = "show"  # scontrol show job -o $SLURM_JOB_ID
     REQUEUE = "requeue"  # scontrol requeue $SLURM_JOB_ID
     SQUEUE = "squeue"  # squeue -h -r -j IDS -o %i|%T|%r
+    EXCLUDE = "exclude"  # scontrol requeuehold, update ExcNodeList=NODES, release: a requeue away from NODES
 
 
 def host_dir() -> Optional[Path]:
@@ -115,6 +116,23 @@ def show_job(timeout_s: float = 15.0) -> Answer:
 def requeue(timeout_s: float = 60.0) -> Answer:
     """``scontrol requeue`` of this job (an array task: its own job id), run on the host."""
     return ask(Request.REQUEUE, timeout_s=timeout_s)
+
+
+EXCLUDE_FAILED = "hpctrain-exclude-failed"  # the helper's word: requeued, but the node list was not changed
+
+
+def requeue_avoiding(nodes: Iterable[str], timeout_s: float = 60.0) -> Answer:
+    """A requeue of this job that keeps it off ``nodes`` as well as the nodes it excluded already (its
+    ``ExcNodeList``, asked first): the helper holds the requeued job, sets the list and releases it. Slurm's
+    own hostlist syntax (``n[1-3]``) is passed on as Slurm gave it."""
+    from hpctrain.slurm.parse import parse_fields
+
+    shown = show_job()
+    lines = [ln for ln in (shown.stdout or "").splitlines() if ln.strip()]
+    before = parse_fields(lines[0]).get("ExcNodeList", "") if lines else ""
+    names = [n for n in before.split(",") if n and n != "(null)"] if "[" not in before else [before]
+    names += [n for n in nodes if n not in names]
+    return ask(Request.EXCLUDE, ",".join(names), timeout_s=timeout_s)
 
 
 def squeue(job_ids: Iterable[Optional[str]], timeout_s: float = 30.0) -> Optional[QueueState]:

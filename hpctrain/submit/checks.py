@@ -51,6 +51,10 @@ def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[s
     expect(0 <= cfg.min_lr_ratio <= 1, "min_lr_ratio", "a number in [0, 1]")
     expect(cfg.grad_clip >= 0, "grad_clip", "a number >= 0 (0: no clipping)")
     expect(cfg.max_nonfinite >= 0, "max_nonfinite", "an integer >= 0 (0: the first NaN/Inf loss ends the run)")
+    expect(cfg.hang_timeout_s is None or cfg.hang_timeout_s >= 0, "hang_timeout_s",
+           "a number of seconds >= 0 (0: no hang watchdog; unset: derived from the step time)")
+    for key in ("hang_first_step_s", "hang_eval_s", "hang_checkpoint_s"):
+        expect(getattr(cfg, key) > 0, key, "a number of seconds > 0")
     expect(cfg.device in ("auto", "cpu", "cuda"), "device", "auto, cpu or cuda")
     expect(cfg.num_workers >= 0, "num_workers", "an integer >= 0")
     if cfg.batch_size > 0 and cfg.grad_accum >= 1 and cfg.batch_size % (world_size * cfg.grad_accum):

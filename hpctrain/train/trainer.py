@@ -22,6 +22,7 @@ from hpctrain.core import summary
 from hpctrain.core.redact import redact_config
 from hpctrain.core.state import State
 from hpctrain.job import lifecycle
+from hpctrain.job.heartbeat import STEP, Phase, for_this_rank
 from hpctrain.schema import RETUNABLE, read_schedule
 from hpctrain.train import hparams, preflight
 from hpctrain.train.batches import tokens_per_sample
@@ -76,6 +77,7 @@ class Every:
 class Trainer:
     def __init__(self, cfg: DictConfig, run_dir: Path, info: DistInfo, hooks: Sequence[TrainerHook] = ()) -> None:
         self.cfg, self.run_dir, self.info, self.hooks = cfg, Path(run_dir), info, list(hooks)
+        self.heart = for_this_rank(info.rank, info.local_rank)  # the watchdog's input: a few integers in /dev/shm
         self.device = info.device
         allow_tf32(self.device)
         self.grad_accum = cfg.grad_accum
@@ -232,6 +234,12 @@ class Trainer:
                 or bool(every.eval and step % every.eval == 0))
 
     def fit(self) -> Dict[str, Any]:
+        try:
+            return self._fit()
+        finally:
+            self.heart.close()  # out of training, however it ended (the watchdog waits for it on an interrupt)
+
+    def _fit(self) -> Dict[str, Any]:
         cfg, started = self.cfg, time.time()
         meter = Throughput(cfg.batch_size, tokens_per_sample(self.train_set[0]), self._flops_per_step(),
                            peak_flops(self.device, str(cfg.precision)), self.info.world_size, sync=self._sync)
@@ -243,6 +251,9 @@ class Trainer:
         last: Dict[str, float] = {}
         every = self.every
         schedule = self.schedule
+        beat = self.heart.slots  # the step stored here each step is all a watched rank pays
+        beat[STEP] = self.step
+        self.heart.phase(Phase.TRAIN)
         while self.step < every.end:
             if schedule and self.step in schedule:
                 self.retune(schedule[self.step])
@@ -256,6 +267,7 @@ class Trainer:
                 self._stop()
             pause = stop_asked or self.boundary(self.step + 1)
             loss, grad_norm = self.train_step(fetch_ahead=not pause)
+            beat[STEP] = self.step
             loss_acc += loss
             interval += 1
             meter.step()
@@ -274,8 +286,9 @@ class Trainer:
                     reason = self._prune_reason(last)
                 if reason:
                     return self._end(State.PRUNED, last, started, reason)
-            with meter.paused():
-                self.checkpointer.save(self.step)  # if due
+            if self.checkpointer.due(self.step):
+                with meter.paused():
+                    self._save()
         # a unit's end before max_steps: paused (checkpointed at exactly that step; the LR schedule still
         # spans max_steps, so the resumed run goes on as if it had never stopped)
         return self._end(State.COMPLETED if self.step >= every.max_steps else State.PAUSED, last, started)
@@ -302,7 +315,13 @@ class Trainer:
         self.logger.progress(step=self.step, metrics=values)
         return values, stop > 0
 
+    def _save(self, force: bool = False) -> None:
+        self.heart.phase(Phase.CHECKPOINT)
+        self.checkpointer.save(self.step, force=force)
+        self.heart.phase(Phase.TRAIN)
+
     def _eval(self, last: Dict[str, float]) -> None:
+        self.heart.phase(Phase.EVAL)
         if self.val_set is not None:
             self.model.eval()
             val = evaluate(self.raw_model, self.val_set, self.forward, self.metric_fns, self.micro_bs, self.info,
@@ -311,6 +330,7 @@ class Trainer:
             last.update(val)
             self.logger.scalars(val, self.step)
         self.evaluated_at = self.step
+        self.heart.phase(Phase.TRAIN)
 
     def _prune_reason(self, last: Dict[str, float]) -> Optional[str]:
         """The hooks' reason to end the run here as pruned (rank 0's answer counts), or None."""
@@ -326,7 +346,8 @@ class Trainer:
         self.stop_flag.drain()
         if self.evaluated_at != self.step:
             self._eval(last)
-        self.checkpointer.save(self.step, force=True)
+        self._save(force=True)
+        self.heart.close()
         self.data.close()
         cfg = self.cfg
         result = {"status": status.value, "step": self.step, "max_steps": cfg.max_steps, "metrics": last,
@@ -354,7 +375,8 @@ class Trainer:
         """Asked to stop (preemption, time limit): checkpoint, then the hooks hand the job over."""
         log.warning("preemption/timeout signal: checkpointing at step %d, then requeue", self.step)
         self.stop_flag.drain()
-        self.checkpointer.save(self.step, force=True)
+        self._save(force=True)
+        self.heart.close()
         self.data.close()
         self.logger.progress(step=self.step)  # the job's checkpoint() records the requeue
         self.logger.close()

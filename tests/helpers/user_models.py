@@ -262,3 +262,45 @@ class FourScores(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(x)
+
+
+def block_forever() -> None:
+    """Where a hung rank waits (the frame its stack dump must name)."""
+    import time
+
+    while True:
+        time.sleep(3600)
+
+
+class HangsOnce(TinyNet):
+    """Rank ``hang_rank`` blocks forever in its training forward of step ``hang_at`` on the first attempt only
+    (``marker`` is written before it blocks); ``hang_at=-1``: never. ``pause_s``: instead of forever, that long
+    (a run that would go on by itself). ``slow_first_s`` / ``slow_eval_s``: a first training forward and each
+    evaluation's first forward that take that long (a compile, a long eval: never a hang)."""
+
+    def __init__(self, in_features: int, num_classes: int, hang_at: int = -1, hang_rank: int = 1, marker: str = "",
+                 pause_s: float = 0.0, slow_first_s: float = 0.0, slow_eval_s: float = 0.0) -> None:
+        super().__init__(in_features, num_classes)
+        self.hang_at, self.hang_rank, self.marker, self.pause_s = hang_at, hang_rank, marker, pause_s
+        self.slow_first_s, self.slow_eval_s = slow_first_s, slow_eval_s
+        self.steps = 0
+        self.was_training = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import time
+
+        if self.training and torch.is_grad_enabled():
+            if self.steps == 0 and self.slow_first_s:
+                time.sleep(self.slow_first_s)
+            rank = int(os.environ.get("RANK", "0"))
+            if self.steps == self.hang_at and rank == self.hang_rank and not os.path.exists(self.marker):
+                Path(self.marker).write_text(f"rank {rank} blocks at step {self.steps}\n")
+                if self.pause_s:
+                    time.sleep(self.pause_s)
+                else:
+                    block_forever()
+            self.steps += 1
+        elif not self.training and self.was_training and self.slow_eval_s:
+            time.sleep(self.slow_eval_s)
+        self.was_training = self.training
+        return super().forward(x)

@@ -16,7 +16,7 @@ from hpctrain.review import reader
 from hpctrain.review.sweep import SweepError, load_sweep
 
 ACTIVE_WAITING = (State.QUEUED.value, State.REQUEUED.value, State.RETRYING.value)
-FAILURES = (State.FAILED.value, State.TIMEOUT.value)
+FAILURES = (State.FAILED.value, State.TIMEOUT.value, State.HUNG.value)
 LOG_TAIL_LINES = 20
 MAX_LOG_TAILS = 200  # failed runs whose log tail is sent; the rest keep their error line
 MAX_QUEUE_ROWS = 500

@@ -73,6 +73,11 @@ TERM_TRAP = "trap 'hpctrain_term=1; echo hpctrain: batch shell got TERM: the job
 HOST_ANSWER = (
     "hpctrain_answer() { case \"$1\" in show) scontrol show job -o \"$SLURM_JOB_ID\";; "
     "requeue) scontrol requeue \"$SLURM_JOB_ID\";; "
+    # a retry away from the nodes a hang was seen on: a running job's ExcNodeList cannot be changed, a held one's can
+    "\"exclude \"?*) case \"${1#exclude }\" in *[!A-Za-z0-9,._-]*) echo \"bad node names\"; return 2;; esac; "
+    "scontrol requeuehold \"$SLURM_JOB_ID\" || return $?; "
+    "scontrol update jobid=\"$SLURM_JOB_ID\" ExcNodeList=\"${1#exclude }\" || echo \"hpctrain-exclude-failed\"; "
+    "scontrol release \"$SLURM_JOB_ID\";; "
     "\"squeue \"[0-9]*) case \"${1#squeue }\" in *[!0-9,]*) echo \"bad job ids\"; return 2;; esac; "
     "squeue -h -r -j \"${1#squeue }\" -o '%i|%T|%r';; "
     "*) echo \"unknown request: $1\"; return 2;; esac; }"

@@ -7,7 +7,7 @@ let page = 0;
 const MAX_FAILED_SHOWN = 100;  // failed runs drawn with their error; the count says how many more
 const STATE_COLOURS = {
   queued: "#b58900", running: "#268bd2", requeued: "#d33682", retrying: "#d33682", completed: "#2e7d32",
-  pruned: "#3949ab", failed: "#c62828", timeout: "#e53935", cancelled: "#757575",
+  pruned: "#3949ab", failed: "#c62828", timeout: "#e53935", hung: "#ad1457", cancelled: "#757575",
 };
 const CSS = `
   body { font: 13px/1.4 Roboto, sans-serif; margin: 16px; color: #212121; }

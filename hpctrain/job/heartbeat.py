@@ -1,0 +1,163 @@
+"""Each rank's progress as a few integers in a node-local shared-memory file: the watchdog's only input.
+
+A rank maps a small file in ``/dev/shm`` (a tmpfs: memory, never the shared file system) and the trainer
+stores its step there once a step (one memoryview item store: no system call, no clock, no collective);
+the phase (first step, train, eval, checkpoint, done) is stored only when it changes. The watchdog
+(:mod:`hpctrain.job.watchdog`), a process of its own, reads the files with its own clock: a training
+process stuck in a C call that holds the GIL cannot keep it from reading, nor from asking for the stacks.
+
+Each rank also registers :mod:`faulthandler` on :data:`DUMP_SIGNAL` (a real-time signal: nothing else
+sends it; USR2 is submitit's preemption signal, USR1 other frameworks'): its C handler writes every
+thread's Python stack into the rank's ``.stack`` file beside the heartbeat, even while the main thread
+holds the GIL. The watchdog copies those files into the run dir only when a hang is called.
+
+Where: :data:`DIR_ENV`, set by the job wrapper for its run's attempt (one dir per run, job and restart).
+Without it (the app run directly) there is no heartbeat and no watchdog. No torch here.
+"""
+
+import faulthandler
+import hashlib
+import mmap
+import os
+import signal
+import struct
+import tempfile
+import threading
+from enum import IntEnum
+from pathlib import Path
+from typing import IO, Any, List, MutableSequence, NamedTuple, Optional, cast
+
+DIR_ENV = "HPCTRAIN_HEARTBEAT_DIR"
+DUMP_SIGNAL = signal.SIGRTMIN + 5  # faulthandler's: every thread's stack into the rank's .stack file
+INTERRUPT_SIGNAL = signal.SIGRTMIN + 6  # a hang called: raise HangInterrupt in the main thread (if it runs Python)
+SLOTS = 6  # step, phase, pid, main thread id, rank, node-local rank
+STEP, PHASE, PID, THREAD, RANK, LOCAL_RANK = range(SLOTS)
+_FORMAT = f"{SLOTS}q"
+SIZE = struct.calcsize(_FORMAT)
+
+
+class Phase(IntEnum):
+    """What a rank is doing; each has its own allowance (:mod:`hpctrain.job.watchdog`)."""
+
+    STARTING = 0  # building the model and data, the first step (a compile)
+    TRAIN = 1
+    EVAL = 2
+    CHECKPOINT = 3
+    DONE = 4  # the loop ended: nothing to watch
+
+
+class HangInterrupt(RuntimeError):
+    """Raised in a rank's main thread when the watchdog called its run hung and its owner (a search worker)
+    lives on after the trial: the trial ends, the process does not."""
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise HangInterrupt("the hang watchdog ended this attempt (see the run's record and stacks/)")
+
+
+class Beat(NamedTuple):
+    step: int
+    phase: Phase
+    pid: int
+    thread: int  # the main thread's id, as faulthandler prints it (``Thread 0x...``)
+    rank: int
+    local_rank: int
+
+
+def root() -> Path:
+    """The node-local dir of this user's heartbeats: /dev/shm where there is one, else the temp dir."""
+    base = Path("/dev/shm") if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
+    return base / f"hpctrain-{os.getuid()}"
+
+
+def dir_for(run_dir: "os.PathLike[str] | str", job_id: str) -> Path:
+    """One attempt's heartbeat dir for a run: the run, the job and Slurm's restart count (a requeue's files
+    are not the last attempt's)."""
+    restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+    digest = hashlib.sha1(os.path.abspath(run_dir).encode()).hexdigest()[:16]
+    return root() / f"{digest}-{job_id}-r{restart}".replace("/", "_")
+
+
+class Heart:
+    """This rank's heartbeat: ``slots[STEP] = step`` is the whole per-step cost."""
+
+    def __init__(self, directory: Path, rank: int, local_rank: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path = directory / f"rank{rank}-{os.getpid()}.beat"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.ftruncate(fd, SIZE)
+            self._map = mmap.mmap(fd, SIZE)
+        finally:
+            os.close(fd)
+        self.slots = cast(MutableSequence[int], memoryview(self._map).cast("q"))
+        ident = threading.main_thread().ident or 0
+        for slot, value in ((PHASE, Phase.STARTING), (STEP, -1), (PID, os.getpid()), (THREAD, ident), (RANK, rank),
+                            (LOCAL_RANK, local_rank)):
+            self.slots[slot] = int(value)
+        self._stack: Optional[IO[Any]] = open(self.path.with_suffix(".stack"), "w")
+        faulthandler.register(DUMP_SIGNAL, file=self._stack, all_threads=True, chain=False)
+        self._previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(INTERRUPT_SIGNAL, _interrupted)
+
+    def phase(self, phase: Phase) -> None:
+        self.slots[PHASE] = int(phase)
+
+    def close(self) -> None:
+        """The loop ended (the process may yet run the end's records): DONE, and the dump handler off."""
+        self.slots[PHASE] = int(Phase.DONE)
+        if self._stack is not None:
+            faulthandler.unregister(DUMP_SIGNAL)
+            self._stack.close()
+            self._stack = None
+            if self._previous is not None:
+                signal.signal(INTERRUPT_SIGNAL, self._previous)
+
+
+class NoHeart:
+    """Outside a watched attempt: the same stores, into a list nobody reads."""
+
+    def __init__(self) -> None:
+        self.slots: MutableSequence[int] = [0] * SLOTS
+
+    def phase(self, phase: Phase) -> None:
+        self.slots[PHASE] = int(phase)
+
+    def close(self) -> None:
+        return None
+
+
+def for_this_rank(rank: int, local_rank: int) -> "Heart | NoHeart":
+    """This rank's heartbeat where the job wrapper set a dir for it; a stand-in elsewhere, or when it cannot
+    be made (a full /dev/shm must not stop the run)."""
+    where = os.environ.get(DIR_ENV)
+    if not where:
+        return NoHeart()
+    try:
+        return Heart(Path(where), rank, local_rank)
+    except OSError:
+        return NoHeart()
+
+
+def read(path: Path) -> Optional[Beat]:
+    """One rank's heartbeat as the watchdog reads it; None for a file not (yet) whole."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(SIZE)
+    except OSError:
+        return None
+    if len(data) < SIZE:
+        return None
+    step, phase, pid, thread, rank, local_rank = struct.unpack(_FORMAT, data)
+    try:
+        return Beat(step, Phase(phase), pid, thread, rank, local_rank)
+    except ValueError:
+        return None
+
+
+def beats(directory: Path) -> List[Path]:
+    try:
+        return sorted(p for p in directory.iterdir() if p.suffix == ".beat")
+    except OSError:
+        return []
