@@ -69,3 +69,14 @@ def test_asha_steps_left_as_the_rule_decides_not_a_share_of_a_rung():
     assert steps_left(early, 27, ASHA) >= 24 * 20 + 8 * 40 + 3 * 120 + 360  # the top 9, 3, 1 go on at least
     assert steps_left(early, 27, ASHA) == steps_left(list(early), 27, ASHA)  # seeded: the same state, same ETA
     assert steps_left([Trial(540, True)] + [Trial(20, True)] * 26, 27, ASHA) == 0
+
+
+def test_the_speed_is_the_last_third_of_the_time_so_a_machine_slowed_down_is_followed():
+    from hpctrain.search.eta import Trial, eta_s, speed
+
+    # 300 steps in the first 30 s, then 30 in the next 30 s (the machine got busy): 1 step/s, not 5.5
+    assert speed([(10.0, 100), (30.0, 300), (60.0, 330)]) == 1.0
+    assert speed([(60.0, 330)]) == 5.5  # no sample that old: the whole time
+    assert speed([(10.0, 100), (30.0, 330), (60.0, 330)]) == 5.5  # nothing trained since: the whole time
+    trials = [Trial(330, False)]
+    assert eta_s(trials, 1, {"scheduler": "none", "max_steps": 540}, 60.0, [(10.0, 100), (30.0, 300)]) == 210.0

@@ -1,5 +1,6 @@
 """A search's time left, from its trials' measured speed: the steps still to train divided by the steps per
-second the search has trained at so far (all its trials together, their start-up and pauses included).
+second the search trained at over the last third of its time (all its trials together, their start-up and
+pauses included).
 
 The steps still to train: PBT and no scheduler: each trial to ``max_steps`` (a pruner stops some earlier:
 the ETA is then an upper bound). ASHA and Hyperband (its brackets taken as the first): rung by rung, the
@@ -19,7 +20,7 @@ Pure: the caller reads the trials (the launcher's progress display). No torch, n
 
 import random
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from hpctrain.search.asha import rungs
 
@@ -130,12 +131,33 @@ def _promotable(rung: List[int], aim: List[Optional[int]], done: List[bool], qua
     return None
 
 
-def eta_s(trials: Iterable[Trial], n_trials: Optional[int], search: Mapping[str, Any],
-          elapsed_s: float) -> Optional[float]:
-    """Seconds left: the steps still to train at the speed measured so far (steps trained / ``elapsed_s``,
-    the time since the search's first trial started); None before any step was trained."""
-    known = list(trials)
-    done = sum(t.step for t in known)
-    if done <= 0 or elapsed_s <= 0:
+def speed(samples: Sequence[Tuple[float, int]]) -> Optional[float]:
+    """Steps per second over the last third of the time measured, from ``(seconds since the first trial
+    started, steps trained by then)`` in time order: a shared machine's speed moves several-fold within a
+    search (benchmarks/README.md), the last third follows it and still spans many trials. Over the whole time
+    where no sample is that old or no step was trained since; None before any step."""
+    if not samples:
         return None
-    return steps_left(known, n_trials, search) / (done / elapsed_s)
+    now, done = samples[-1]
+    if now <= 0 or done <= 0:
+        return None
+    then, before = 0.0, 0
+    for at, steps in samples:
+        if at > now * 2 / 3:
+            break
+        then, before = at, steps
+    if done > before and now > then:
+        return (done - before) / (now - then)
+    return done / now
+
+
+def eta_s(trials: Iterable[Trial], n_trials: Optional[int], search: Mapping[str, Any],
+          elapsed_s: float, earlier: Sequence[Tuple[float, int]] = ()) -> Optional[float]:
+    """Seconds left: the steps still to train at the speed measured (:func:`speed` over ``earlier``, the
+    samples taken before, and now: ``elapsed_s`` since the search's first trial started); None before any step
+    was trained."""
+    known = list(trials)
+    rate = speed([*earlier, (elapsed_s, sum(t.step for t in known))])
+    if rate is None or rate <= 0:
+        return None
+    return steps_left(known, n_trials, search) / rate
