@@ -109,6 +109,7 @@ class Progress:
         self.total: Optional[int] = None  # the runs to come where they are discovered (a search's n_trials)
         self.search: Optional[Dict[str, Any]] = None  # a search's settings: its ETA from the trials' speed
         self.first_ran: Optional[float] = None  # when a trial was first seen started (the clock's time)
+        self.samples: List[Tuple[float, int]] = []  # (seconds since first_ran, steps trained): eta.speed
         self.stream = stream or sys.stdout
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.interval_s = max(interval_s, len(self.runs) / 1000)  # ~0.25 ms a record: 10,000 read every 10 s
@@ -183,7 +184,10 @@ class Progress:
                 return None
             self.first_ran = now  # the speed is measured from the first trial's start, not the workers' launch
         trials = [eta.Trial(s.step or 0, s.state in FINAL, s.state is State.PAUSED) for s in self.seen.values()]
-        return eta.eta_s(trials, self.total, search, now - self.first_ran)
+        left = eta.eta_s(trials, self.total, search, now - self.first_ran, self.samples)
+        if not self.samples or now - self.first_ran > self.samples[-1][0]:
+            self.samples.append((now - self.first_ran, sum(t.step for t in trials)))  # the speed's history
+        return left
 
     # ------------------------------------------------------------------ lines
     def counts_text(self) -> str:

@@ -137,7 +137,7 @@ class SearchSweeper(Sweeper):
                 str(launcher.params.submitit_folder), os.getpid())
             m.search = {"n_trials": settings.n_trials, "sampler": settings.sampler, "pruner": settings.pruner,
                         "scheduler": settings.scheduler, "min_steps": settings.min_steps, "eta": settings.eta,
-                        "max_steps": settings.max_steps,
+                        "max_steps": settings.max_steps, "workers": len(runs),
                         "metric": settings.metric, "direction": Direction.parse(settings.direction).optuna}
             m.submissions.append(manifest.SubmissionRecord(launcher_pid=os.getpid(), extra={"workers": len(runs)}))
 
