@@ -134,7 +134,7 @@ def test_a_resumed_run_warms_up_again_under_the_first_step_allowance(tmp_path):
     try:
         dog = watchdog.Watchdog(watchdog.WatchSettings(str(tmp_path), str(tmp_path), os.getpid(), timeout_s=5))
         assert dog.look(0.0) == []  # starting: step -1
-        heart.slots[heartbeat.STEP] = 20
+        heart.slots[heartbeat.STEP] = heart.slots[heartbeat.START] = 20
         heart.phase(Phase.TRAIN)
         assert dog.look(1.0) == []
         heart.slots[heartbeat.STEP] = 21

@@ -30,8 +30,8 @@ from typing import IO, Any, List, MutableSequence, NamedTuple, Optional, cast
 DIR_ENV = "HPCTRAIN_HEARTBEAT_DIR"
 DUMP_SIGNAL = signal.SIGRTMIN + 5  # faulthandler's: every thread's stack into the rank's .stack file
 INTERRUPT_SIGNAL = signal.SIGRTMIN + 6  # a hang called: raise HangInterrupt in the main thread (if it runs Python)
-SLOTS = 6  # step, phase, pid, main thread id, rank, node-local rank
-STEP, PHASE, PID, THREAD, RANK, LOCAL_RANK = range(SLOTS)
+SLOTS = 7  # step, phase, pid, main thread id, rank, node-local rank, the step this attempt's training began at
+STEP, PHASE, PID, THREAD, RANK, LOCAL_RANK, START = range(SLOTS)
 _FORMAT = f"{SLOTS}q"
 SIZE = struct.calcsize(_FORMAT)
 
@@ -62,6 +62,7 @@ class Beat(NamedTuple):
     thread: int  # the main thread's id, as faulthandler prints it (``Thread 0x...``)
     rank: int
     local_rank: int
+    start: int  # the step training began at in this attempt (a resumed run's checkpoint step)
 
 
 def root() -> Path:
@@ -149,9 +150,9 @@ def read(path: Path) -> Optional[Beat]:
         return None
     if len(data) < SIZE:
         return None
-    step, phase, pid, thread, rank, local_rank = struct.unpack(_FORMAT, data)
+    step, phase, pid, thread, rank, local_rank, start = struct.unpack(_FORMAT, data)
     try:
-        return Beat(step, Phase(phase), pid, thread, rank, local_rank)
+        return Beat(step, Phase(phase), pid, thread, rank, local_rank, start)
     except ValueError:
         return None
 

@@ -169,7 +169,7 @@ class Watchdog:
             if w is None:
                 w = self.watches[path] = Watch(path, beat, now, {beat.phase})
             if w.origin is None and beat.phase is Phase.TRAIN:
-                w.origin = beat.step
+                w.origin = beat.start  # however late this watchdog first looked
             if beat.step != w.beat.step:
                 gap = now - w.changed_at
                 w.beat = beat

@@ -22,7 +22,7 @@ from hpctrain.core import summary
 from hpctrain.core.redact import redact_config
 from hpctrain.core.state import State
 from hpctrain.job import lifecycle
-from hpctrain.job.heartbeat import STEP, Phase, for_this_rank
+from hpctrain.job.heartbeat import START, STEP, Phase, for_this_rank
 from hpctrain.schema import RETUNABLE, read_schedule
 from hpctrain.train import hparams, preflight
 from hpctrain.train.batches import tokens_per_sample
@@ -252,7 +252,7 @@ class Trainer:
         every = self.every
         schedule = self.schedule
         beat = self.heart.slots  # the step stored here each step is all a watched rank pays
-        beat[STEP] = self.step
+        beat[STEP] = beat[START] = self.step
         self.heart.phase(Phase.TRAIN)
         while self.step < every.end:
             if schedule and self.step in schedule:
