@@ -68,9 +68,12 @@ def deaf_children() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def cancel(interrupts: Interrupts, running: Sequence[Any], runs: Sequence[RunSpec], sweep_dir: Any) -> None:
+def cancel(interrupts: Interrupts, running: Sequence[Any], runs: Sequence[RunSpec], sweep_dir: Any,
+           search: bool = False) -> None:
     """The launcher was interrupted: ``runs`` (its active runs) cancelled, the ``running`` submitit jobs asked
-    to checkpoint, then stopped; one line, then exit; never returns."""
+    to checkpoint, then stopped; one line, then exit; never returns. ``search``: the runs are a search's workers
+    (their placeholders), each of which, seeing itself cancelled, records its trial ``cancelled`` and releases it
+    (:mod:`hpctrain.search.worker`)."""
     signum = interrupts.first or signal.SIGINT
     name = NAMES.get(signum, f"signal {signum}")
     by = f"{name} on the launcher"
@@ -81,9 +84,13 @@ def cancel(interrupts: Interrupts, running: Sequence[Any], runs: Sequence[RunSpe
         except OSError:
             pass
     n_running = len({str(job.job_id) for job in running})
-    print(f"hpctrain: {name}: cancelling {len(runs)} run(s) ({n_running} running: each checkpoints, then stops"
-          f"{'; Ctrl-C again to stop them now' if n_running and signum == signal.SIGINT else ''}); the same "
-          f"command again resumes them", file=sys.stderr, flush=True)
+    again = '; Ctrl-C again to stop them now' if n_running and signum == signal.SIGINT else ''
+    if search:
+        print(f"hpctrain: {name}: cancelling the search ({n_running} worker(s) running: each checkpoints its trial, "
+              f"then stops{again}); the same command again resumes the study", file=sys.stderr, flush=True)
+    else:
+        print(f"hpctrain: {name}: cancelling {len(runs)} run(s) ({n_running} running: each checkpoints, then stops"
+              f"{again}); the same command again resumes them", file=sys.stderr, flush=True)
     left = stopping.end_runs([str(job.job_id) for job in running], preemption_signal(),
                              hurry=lambda: len(interrupts.signals) > 1)
     for run in runs:

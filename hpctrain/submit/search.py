@@ -20,7 +20,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hpctrain.core import manifest
+from hpctrain.core import events, manifest
 from hpctrain.core.app_contract import contract_of
 from hpctrain.core.paths import SweepPaths
 from hpctrain.core.state import Direction
@@ -142,6 +142,8 @@ class SearchSweeper(Sweeper):
             m.submissions.append(manifest.SubmissionRecord(launcher_pid=os.getpid(), extra={"workers": len(runs)}))
 
         manifest.update(sweep_dir, add)
+        # a new submission of each worker: an earlier interrupt's `cancelled` (the workers read it) no longer holds
+        events.submitted_all(run.run_dir for run in runs)
         worker = SearchWorker(str(submission.files.payload), str(sweep_dir), settings)
         print(f"hpctrain: search of {settings.n_trials} trials ({settings.sampler}, pruner {settings.pruner}, "
               f"{settings.metric or 'return value'} {Direction.parse(settings.direction)}) by {len(runs)} worker(s)", flush=True)
