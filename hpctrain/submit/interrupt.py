@@ -8,7 +8,9 @@ preemption signal: hpctrain's trainer saves at its next step and, its record bei
 requeueing), and a task still going after the grace time, or at a second Ctrl-C, is stopped
 (:func:`hpctrain.core.stopping.end_runs`). Then one line and the exit status a shell gives a process that
 signal ended: 130 for SIGINT, 143 for SIGTERM. The same command again resumes the runs from their checkpoints
-(a cancelled run is neither completed nor queued: :mod:`hpctrain.submit.rerun` submits it again).
+(a cancelled run is neither completed nor queued: :mod:`hpctrain.submit.rerun` submits it again). A search's
+runs are its workers: each, finding itself cancelled, records its trial ``cancelled`` and releases it
+(:mod:`hpctrain.search.worker`), and the same command again resumes those trials.
 """
 
 import signal
