@@ -9,6 +9,7 @@ Slurm: Ctrl-C during ``wait=true`` ends the wait only (one line saying how to ca
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -239,6 +240,9 @@ def test_ctrl_c_on_a_local_search_cancels_its_trials_in_one_line_and_the_same_co
 
     again = run_hpctrain(search_args(sweep_dir), cwd=tmp_path, timeout=600)  # the same command
     assert again.returncode == 0, again.stdout + again.stderr
+    for run_dir in at:  # waiting for a worker again (queued, not counted done), then taken up
+        number = int(run_dir.name.split("_")[0].split("-")[1])
+        assert re.search(rf"^  started +#{number} .*\[0/3 done", again.stdout, re.M), again.stdout
     found = study_trials(sweep_dir)
     assert sorted(t.number for t in found) == [0, 1, 2] and all(t.state.name == "COMPLETE" for t in found), found
     assert sorted(r["state"] for r in status(sweep_dir)) == ["completed"] * 3
