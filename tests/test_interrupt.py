@@ -9,6 +9,7 @@ Slurm: Ctrl-C during ``wait=true`` ends the wait only (one line saying how to ca
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -176,3 +177,96 @@ def test_ctrl_c_during_slurm_wait_stops_waiting_and_the_jobs_go_on(tmp_path, slu
             subprocess.run([sys.executable, "-m", "hpctrain", "cancel", str(sweep_dir)], cwd=tmp_path,
                            env=hpctrain_env(), capture_output=True, timeout=120)
             subprocess.run(["scancel", job.split("_")[0]], capture_output=True)
+
+
+# ---------------------------------------------------------------- a local search (hydra/sweeper=search)
+def search_args(sweep_dir: Path) -> list:
+    return ["-m", "hydra/sweeper=search", "lr=tag(log,interval(1e-4,1e-2))", "hydra.sweeper.n_trials=3",
+            "hydra.sweeper.n_workers=2", "hydra.sweeper.pruner=none", "hydra.sweeper.seed=0", *SLOW,
+            "hydra/launcher=local", "hydra.launcher.max_parallel=2", f"hydra.sweep.dir={sweep_dir}"]
+
+
+def study_trials(sweep_dir: Path) -> list:
+    import optuna
+
+    return optuna.load_study(study_name="search", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(sweep_dir / ".hpctrain" / "study.journal")))).get_trials()
+
+
+def trial_steps(sweep_dir: Path) -> dict:
+    return {name: step for name, step in steps(sweep_dir).items() if name.startswith("trial-")}
+
+
+def wait_two_trials_running(sweep_dir: Path, alive, timeout_s: float = 240) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        assert alive(), "the launcher ended before the test interrupted it"
+        if len([s for s in trial_steps(sweep_dir).values() if s >= 20]) >= 2:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"two trials did not reach step 20 in {timeout_s} s: {trial_steps(sweep_dir)}")
+
+
+def assert_interrupted_search_left_resumable(sweep_dir: Path) -> dict:
+    """No trial failed by the interrupt: the running ones cancelled, checkpointed where they stopped; none FAIL
+    in the study; the trial checkpoint steps by run dir."""
+    runs = status(sweep_dir)
+    assert runs and not [r for r in runs if r["state"] == "failed"], runs
+    cancelled = [sweep_dir / Path(r["run_dir"]).name for r in runs if r["state"] == "cancelled"]
+    assert len(cancelled) >= 2, runs
+    at = {d: checkpoint_step(d) for d in cancelled}
+    assert all(0 < s < 600 for s in at.values()), at
+    assert not [t for t in study_trials(sweep_dir) if t.state.name == "FAIL"], study_trials(sweep_dir)
+    return at
+
+
+def test_ctrl_c_on_a_local_search_cancels_its_trials_in_one_line_and_the_same_command_finishes_the_study(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    term = PtyProcess([sys.executable, "-m", "hpctrain", *search_args(sweep_dir)], tmp_path, hpctrain_env())
+    try:
+        wait_two_trials_running(sweep_dir, lambda: term.poll() is None)
+        mark = term.send(b"\x03")
+        code = term.wait(120)
+        after = term.text(mark)
+        assert code == 130, (code, term.text())
+        assert "Traceback" not in after and "KeyboardInterrupt" not in after, after
+        lines = screen_lines(after)
+        assert len(lines) == 1 and "Ctrl-C" in lines[0] and "resumes" in lines[0], after
+        assert not processes_mentioning(str(sweep_dir)), "a process of the interrupted search is still running"
+    finally:
+        term.kill()
+        kill_left(sweep_dir)
+    at = assert_interrupted_search_left_resumable(sweep_dir)
+
+    again = run_hpctrain(search_args(sweep_dir), cwd=tmp_path, timeout=600)  # the same command
+    assert again.returncode == 0, again.stdout + again.stderr
+    for run_dir in at:  # waiting for a worker again (queued, not counted done), then taken up
+        number = int(run_dir.name.split("_")[0].split("-")[1])
+        assert re.search(rf"^  started +#{number} .*\[0/3 done", again.stdout, re.M), again.stdout
+    found = study_trials(sweep_dir)
+    assert sorted(t.number for t in found) == [0, 1, 2] and all(t.state.name == "COMPLETE" for t in found), found
+    assert sorted(r["state"] for r in status(sweep_dir)) == ["completed"] * 3
+    for run_dir, step in at.items():
+        log = (run_dir / "hpctrain.log").read_text()
+        assert f"at step {step}" in log and "resumed from" in log, log[-2000:]
+
+
+def test_sigterm_to_a_local_search_cancels_its_trials_and_exits_143(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    launcher = subprocess.Popen([sys.executable, "-m", "hpctrain", *search_args(sweep_dir)], cwd=tmp_path,
+                                env=hpctrain_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    try:
+        wait_two_trials_running(sweep_dir, lambda: launcher.poll() is None)
+        os.kill(launcher.pid, signal.SIGTERM)
+        out, err = launcher.communicate(timeout=120)
+        assert launcher.returncode == 143, (launcher.returncode, out, err)
+        assert "Traceback" not in out + err, out + err
+        said = [line for line in err.splitlines() if line.startswith("hpctrain: SIGTERM")]
+        assert len(said) == 1, err
+        assert not processes_mentioning(str(sweep_dir)), "a worker of the stopped search is still running (an orphan)"
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        kill_left(sweep_dir)
+    assert_interrupted_search_left_resumable(sweep_dir)

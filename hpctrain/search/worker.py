@@ -9,7 +9,9 @@ them in step. It is a submitit checkpointable: on preemption or time limit the t
 the task is requeued, and the leader takes back the same trial (its lease names this task) before
 asking for another. A task that submitit does not requeue any more (out of ``max_num_timeout``) leaves
 its checkpointed trial to the next worker (released, not failed) and stops, as does a leader too close
-to its time limit to start a trial. Errors of the shared storage are retried on a freshly opened study.
+to its time limit to start a trial. A worker its launcher cancelled (Ctrl-C or SIGTERM on a local search,
+:mod:`hpctrain.submit.interrupt`: its placeholder's record says ``cancelled``) is not requeued: its trial,
+checkpointed, is recorded ``cancelled`` and released, and the same command again resumes it. Errors of the shared storage are retried on a freshly opened study.
 
 With a scheduler (``asha``, ``hyperband``, ``pbt``) each assignment is a unit (:mod:`hpctrain.search.units`):
 the bridge tells the app where to stop (``end_step``); after the unit the leader reports the objective at
@@ -38,7 +40,7 @@ from hpctrain.core.ports import MASTER_PORTS
 from hpctrain.core.atomic import read_json, write_json_atomic
 from hpctrain.core.paths import SweepPaths
 from hpctrain.core.run import RunSpec
-from hpctrain.core.state import State
+from hpctrain.core.state import EventKind, State
 from hpctrain.job import heartbeat, lifecycle, watchdog
 from hpctrain.search import exploit
 from hpctrain.search import study as studies
@@ -73,6 +75,7 @@ class SearchWorker:
         """One worker task. The launchers call every job as ``(index, overrides, run_dir)``; a worker's
         ``run_dir`` is its placeholder under ``.hpctrain/workers`` (each trial has a run dir of its own)."""
         env = submitit.JobEnvironment()
+        self.placeholder = run_dir
         self.hydra_context, self.task_function, self.config = lifecycle.load_payload(self.payload)
         # what lives for the whole task (modules, the payload) out of the collector's full passes, which it
         # would walk again at every one of them, in a unit or between two
@@ -95,6 +98,9 @@ class SearchWorker:
         done: List[Dict[str, Any]] = []
         seq, waited, why = 0, 0.0, "no trial left"
         while True:
+            if cancelled(self.placeholder):  # restarted after its launcher cancelled it: nothing more to run
+                why = "cancelled by its launcher"
+                break
             left = _time_left()
             if left is not None and left < self.settings.min_time_left_s:
                 why = f"{left:.0f} s to its time limit: no new trial"
@@ -188,6 +194,8 @@ class SearchWorker:
         # this trial's life: the leader records it (the trainer and the app ask for it), the other ranks none
         life = lifecycle.Lifecycle(run_dir, rank=0 if lead else 1, job_id=me, writes=lead)
         if lead:
+            assert leases is not None
+            _running["cancel"] = lambda: self._cancelled(a, leases, run_dir)
             self._register(a, dirname, overrides, life, app_max_steps(config))
         trial = live_trial(study, a.trial_id) if lead else None
         beat = Heartbeat(alive_path(sweep, a.number, me), s.heartbeat_s) if lead else None
@@ -209,6 +217,7 @@ class SearchWorker:
             os.environ.pop(heartbeat.DIR_ENV, None)
             watchdog.stop(dog)
             _running.pop("run_dir", None)
+            _running.pop("cancel", None)
             if beat is not None:
                 beat.stop()
         if not lead:
@@ -238,8 +247,8 @@ class SearchWorker:
         written = ((read_json(SweepPaths(sweep).manifest) or {}).get("runs") or {}).get(str(a.number))
         if written != json.loads(json.dumps(entry.to_json(sweep), default=str)):
             manifest.update(sweep, add)
-        if a.how == "new":
-            events.submitted(run_dir, trial=a.number)
+        if a.how == "new" or events.read(run_dir).state is State.CANCELLED:
+            events.submitted(run_dir, trial=a.number)  # a cancelled trial taken again: a new submission of it
         unit = {"unit": a.unit.fields()} if a.unit is not None else {}
         life.begin(skip_completed=False, trial=a.number, how=a.how, **unit)
         if a.unit is not None:  # the rung (or interval) it runs to, for status and report's rung table
@@ -318,14 +327,45 @@ class SearchWorker:
         lifecycle.Lifecycle(run_dir).end(lifecycle.Outcome.PRUNED, step=step, trial=number,
                                          reason="paused, never promoted: the study ended")
 
+    def _cancelled(self, a: Assignment, leases: Leases, run_dir: Path) -> None:
+        """Its launcher cancelled this worker during trial ``a`` (checkpointed by the trainer where it could be):
+        the trial recorded ``cancelled`` and released, so the same command again resumes it, no adoption counted."""
+        try:
+            if not events.read(run_dir).final:
+                events.cancelled(run_dir, by=cancelled_by(self.placeholder), job_id=leases.me)
+            summary.write(run_dir)
+        except OSError:
+            pass
+        if not self._retrying("releasing a trial", lambda st: leases.release(a)):
+            print(f"hpctrain search: trial {a.number}: no longer ours to release", flush=True)
+
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2 (rank 0): requeue this worker; it takes its trial back when it restarts
-        (the trainer has checkpointed it)."""
+        (the trainer has checkpointed it). A worker its launcher cancelled lets its trial go and exits instead."""
+        if cancelled(args[2] if len(args) > 2 else kwargs.get("run_dir")):
+            stop = _running.pop("cancel", None)
+            if stop is not None:
+                stop()
+            raise SystemExit(0)  # not requeued: submitit's local controller would start the worker again
         run_dir = _running.get("run_dir")
         if run_dir is not None:
             lifecycle.requeue(run_dir)
             _running["interrupted"] = True  # seen by _run only when submitit did not requeue (out of timeouts)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def cancelled(placeholder: Optional[str]) -> bool:
+    """Whether the launcher cancelled the worker whose placeholder run dir this is."""
+    try:
+        return placeholder is not None and events.read(placeholder).state is State.CANCELLED
+    except OSError:
+        return False
+
+
+def cancelled_by(placeholder: Optional[str]) -> str:
+    """Who cancelled the worker, as its placeholder's record says (the launcher names the signal)."""
+    found = [e for e in events.read(placeholder).events if e.kind is EventKind.CANCELLED] if placeholder else []
+    return str(found[-1].data().get("by") or "its launcher") if found else "its launcher"
 
 
 def objective_value(result: Any, run_dir: Path, metric: Optional[str]) -> Optional[float]:

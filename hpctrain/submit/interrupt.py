@@ -8,7 +8,9 @@ preemption signal: hpctrain's trainer saves at its next step and, its record bei
 requeueing), and a task still going after the grace time, or at a second Ctrl-C, is stopped
 (:func:`hpctrain.core.stopping.end_runs`). Then one line and the exit status a shell gives a process that
 signal ended: 130 for SIGINT, 143 for SIGTERM. The same command again resumes the runs from their checkpoints
-(a cancelled run is neither completed nor queued: :mod:`hpctrain.submit.rerun` submits it again).
+(a cancelled run is neither completed nor queued: :mod:`hpctrain.submit.rerun` submits it again). A search's
+runs are its workers: each, finding itself cancelled, records its trial ``cancelled`` and releases it
+(:mod:`hpctrain.search.worker`), and the same command again resumes those trials.
 """
 
 import signal
@@ -68,9 +70,12 @@ def deaf_children() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def cancel(interrupts: Interrupts, running: Sequence[Any], runs: Sequence[RunSpec], sweep_dir: Any) -> None:
+def cancel(interrupts: Interrupts, running: Sequence[Any], runs: Sequence[RunSpec], sweep_dir: Any,
+           search: bool = False) -> None:
     """The launcher was interrupted: ``runs`` (its active runs) cancelled, the ``running`` submitit jobs asked
-    to checkpoint, then stopped; one line, then exit; never returns."""
+    to checkpoint, then stopped; one line, then exit; never returns. ``search``: the runs are a search's workers
+    (their placeholders), each of which, seeing itself cancelled, records its trial ``cancelled`` and releases it
+    (:mod:`hpctrain.search.worker`)."""
     signum = interrupts.first or signal.SIGINT
     name = NAMES.get(signum, f"signal {signum}")
     by = f"{name} on the launcher"
@@ -81,9 +86,13 @@ def cancel(interrupts: Interrupts, running: Sequence[Any], runs: Sequence[RunSpe
         except OSError:
             pass
     n_running = len({str(job.job_id) for job in running})
-    print(f"hpctrain: {name}: cancelling {len(runs)} run(s) ({n_running} running: each checkpoints, then stops"
-          f"{'; Ctrl-C again to stop them now' if n_running and signum == signal.SIGINT else ''}); the same "
-          f"command again resumes them", file=sys.stderr, flush=True)
+    again = '; Ctrl-C again to stop them now' if n_running and signum == signal.SIGINT else ''
+    if search:
+        print(f"hpctrain: {name}: cancelling the search ({n_running} worker(s) running: each checkpoints its trial, "
+              f"then stops{again}); the same command again resumes the study", file=sys.stderr, flush=True)
+    else:
+        print(f"hpctrain: {name}: cancelling {len(runs)} run(s) ({n_running} running: each checkpoints, then stops"
+              f"{again}); the same command again resumes them", file=sys.stderr, flush=True)
     left = stopping.end_runs([str(job.job_id) for job in running], preemption_signal(),
                              hurry=lambda: len(interrupts.signals) > 1)
     for run in runs:

@@ -20,10 +20,10 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hpctrain.core import manifest
+from hpctrain.core import events, manifest
 from hpctrain.core.app_contract import contract_of
 from hpctrain.core.paths import SweepPaths
-from hpctrain.core.state import Direction
+from hpctrain.core.state import Direction, State
 from hpctrain.core.run import RunSpec
 from hpctrain.submit.backends.local import LocalLauncher
 from hpctrain.submit.checks import scheduler_problems, uses_trial_api
@@ -120,6 +120,7 @@ class SearchSweeper(Sweeper):
                                          "eta": settings.eta, "max_steps": settings.max_steps,
                                          "params": {p.name: p.text for p in space.params}})
         with one_submission(sweep_dir):  # numbered and recorded one at a time (lock.py)
+            queue_cancelled(sweep_dir, study)
             return self._submit(launcher, runs, settings, sweep_dir)
 
     def _submit(self, launcher: BaseLauncher, runs: List[RunSpec], settings: Any, sweep_dir: Path) -> Any:
@@ -142,6 +143,8 @@ class SearchSweeper(Sweeper):
             m.submissions.append(manifest.SubmissionRecord(launcher_pid=os.getpid(), extra={"workers": len(runs)}))
 
         manifest.update(sweep_dir, add)
+        # a new submission of each worker: an earlier interrupt's `cancelled` (the workers read it) no longer holds
+        events.submitted_all(run.run_dir for run in runs)
         worker = SearchWorker(str(submission.files.payload), str(sweep_dir), settings)
         print(f"hpctrain: search of {settings.n_trials} trials ({settings.sampler}, pruner {settings.pruner}, "
               f"{settings.metric or 'return value'} {Direction.parse(settings.direction)}) by {len(runs)} worker(s)", flush=True)
@@ -268,6 +271,18 @@ def _pbt_problems(space: Space, mutable: Optional[Collection[str]] = None) -> Li
 
     line = check_params(space, mutable)
     return [line] if line else []
+
+
+def queue_cancelled(sweep_dir: Path, study: Any) -> None:
+    """The trials an interrupt cancelled (still running in the study, their leases released) wait for this
+    submission's workers: a new submission of each (queued), not shown ended while they wait."""
+    from optuna.trial import TrialState
+
+    m = manifest.read(sweep_dir)
+    running = {t.number for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING}
+    for number, entry in (m.runs.items() if m is not None else []):
+        if number in running and events.read(entry.spec.run_dir).state is State.CANCELLED:
+            events.submitted(entry.spec.run_dir, trial=number)
 
 
 def _counts(counts: Dict[str, int]) -> str:

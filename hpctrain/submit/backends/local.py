@@ -139,7 +139,8 @@ class LocalLauncher(BaseLauncher):
                 if interrupts.signals:
                     progress.clear()
                     active = [run for t in [*running, *pending] for run in tasks[t]]
-                    interrupt.cancel(interrupts, [j for j, _ in running.values()], active, submission.sweep_dir)
+                    interrupt.cancel(interrupts, [j for j, _ in running.values()], active, submission.sweep_dir,
+                                     search=submission.calling is Calling.POSITIONAL)
                 for t, (submitted, gpus) in list(running.items()):
                     if submitted.done():
                         del running[t]
