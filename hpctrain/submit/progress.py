@@ -192,8 +192,9 @@ class Progress:
     # ------------------------------------------------------------------ lines
     def counts_text(self) -> str:
         c = self.counts()
-        eta = self.eta_s()
-        return (f"{c['done']}/{max(self.total or 0, len(self.runs))} done, {c['running']} running, {c['failed']} failed"
+        total = max(self.total or 0, len(self.runs))
+        eta = self.eta_s() if c["done"] < total else None  # all done: nothing left to estimate
+        return (f"{c['done']}/{total} done, {c['running']} running, {c['failed']} failed"
                 + (f", ETA {duration(eta)}" if eta is not None else ""))
 
     def event_line(self, idx: int, s: LastRead, counts: Optional[str] = None) -> str:
