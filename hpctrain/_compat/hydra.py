@@ -3,7 +3,8 @@
 When a release moves one of these, this module is the one to change (canaries: tests/test_compat.py).
 """
 
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+import contextlib
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 # Hydra: the basic sweeper's class (hpctrain's sweeper extends it; review expands a sweep with its
 # split_arguments) and the config loader's internals used to plan 1000 points without composing each.
@@ -84,3 +85,34 @@ def app_config_loader(config_path: str, config_dir: Optional[str]) -> Any:
         search_path.prepend(provider="command-line", path=f"file://{os.path.abspath(config_dir)}",
                             anchor=SearchPathQuery(provider="schema"))
     return config_loader(search_path)
+
+
+@contextlib.contextmanager
+def mode_composed_once() -> Iterator[None]:
+    """Hydra's ``-m`` composes the same config twice: once unvalidated for ``get_mode`` (which reads only
+    ``hydra.mode`` and drops it), then again for ``multirun``. Within this, the second call gets the first's
+    config, after the sweep-override validation the first skipped; each config is handed on at most once,
+    so no caller sees another's edits, and a failed composition is composed (and reported) again."""
+    original = ConfigLoaderImpl.load_configuration
+    kept: Dict[Tuple[int, Any, Tuple[str, ...], Any, bool], Any] = {}
+
+    def load_configuration(self: Any, config_name: Optional[str], overrides: List[str], run_mode: Any,
+                           from_shell: bool = True, validate_sweep_overrides: bool = True) -> Any:
+        key = (id(self), config_name, tuple(overrides), run_mode, from_shell)
+        cfg = kept.pop(key, None)
+        if cfg is not None and validate_sweep_overrides:
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            parsed = OverridesParser.create().parse_overrides(overrides=list(overrides))
+            self.validate_sweep_overrides_legal(overrides=parsed, run_mode=run_mode, from_shell=from_shell)
+            return cfg
+        cfg = original(self, config_name, overrides, run_mode, from_shell, validate_sweep_overrides)
+        if not validate_sweep_overrides:  # get_mode's: composed once more, as it is, by multirun
+            kept[key] = cfg
+        return cfg
+
+    ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ConfigLoaderImpl.load_configuration = original  # type: ignore[method-assign]
