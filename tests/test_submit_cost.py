@@ -35,10 +35,13 @@ def hydra_app(tmp_path, monkeypatch):
 
 
 def _multirun_config(hydra, overrides):
-    """What ``_run_hydra`` composes for ``-m``: ``get_mode``, then ``multirun``'s own config."""
+    """What ``_run_hydra`` and ``_run_app`` compose for ``-m``: ``get_mode``, then (``hydra.mode=MULTIRUN``
+    appended where the config sets no mode, as ``_run_app`` does) ``multirun``'s own config."""
     from hydra.types import RunMode
 
-    hydra.get_mode(config_name="config", overrides=overrides)
+    overrides = list(overrides)
+    if hydra.get_mode(config_name="config", overrides=overrides) is None:
+        overrides.append("hydra.mode=MULTIRUN")
     return hydra.compose_config("config", overrides, run_mode=RunMode.MULTIRUN, with_log_configuration=False)
 
 
@@ -62,10 +65,10 @@ def test_a_config_is_handed_on_once_and_multirun_still_validates_its_sweeps(hydr
     hydra, calls = hydra_app
     with mode_composed_once():
         first = _multirun_config(hydra, SWEEP)
-        again = hydra.compose_config("config", SWEEP, run_mode=RunMode.MULTIRUN)
+        again = hydra.compose_config("config", SWEEP + ["hydra.mode=MULTIRUN"], run_mode=RunMode.MULTIRUN)
         assert again is not first and len(calls) == 2  # the kept one went to multirun: a third caller composes
         calls.clear()
         bad = SWEEP + ["hydra.job.chdir=true,false"]  # get_mode skips the sweep check that multirun makes
         with pytest.raises(ConfigCompositionException, match="Sweeping over Hydra's configuration"):
             _multirun_config(hydra, bad)
-        assert len(calls) == 1
+        assert len(calls) == 2  # refused: Hydra composes it again and says why in its own words
