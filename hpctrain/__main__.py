@@ -289,11 +289,13 @@ def main(argv: Optional[List[str]] = None) -> None:
         print("\n".join(f"hpctrain: {p}" for p in found), file=sys.stderr)
         sys.exit(1)
     sys.argv = [sys.argv[0]] + argv
+    from hpctrain._compat.hydra import mode_composed_once
     from hpctrain.app import main as hydra_main
 
     stderr, sys.stderr = sys.stderr, _CompactErrors(sys.stderr)
     try:
-        hydra_main()
+        with mode_composed_once():  # -m: Hydra's get_mode and multirun compose the same config
+            hydra_main()
     except KeyboardInterrupt:  # a Ctrl-C outside the local launcher's wait (which says more itself)
         print("hpctrain: interrupted (Ctrl-C)", file=stderr)
         sys.exit(130)

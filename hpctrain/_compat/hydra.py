@@ -3,7 +3,8 @@
 When a release moves one of these, this module is the one to change (canaries: tests/test_compat.py).
 """
 
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+import contextlib
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 # Hydra: the basic sweeper's class (hpctrain's sweeper extends it; review expands a sweep with its
 # split_arguments) and the config loader's internals used to plan 1000 points without composing each.
@@ -84,3 +85,50 @@ def app_config_loader(config_path: str, config_dir: Optional[str]) -> Any:
         search_path.prepend(provider="command-line", path=f"file://{os.path.abspath(config_dir)}",
                             anchor=SearchPathQuery(provider="schema"))
     return config_loader(search_path)
+
+
+_MODE_LINE = "hydra.mode=MULTIRUN"  # what Hydra's _run_app appends for -m when the config sets no hydra.mode
+
+
+@contextlib.contextmanager
+def mode_composed_once() -> Iterator[None]:
+    """Hydra's ``-m`` composes the same config twice: once unvalidated for ``get_mode`` (which reads only
+    ``hydra.mode`` and drops it), then for ``multirun``, with ``hydra.mode=MULTIRUN`` appended where the
+    config sets no mode. Within this, the second call gets the first's config, after the sweep-override check
+    the first skipped and with that one appended override applied as Hydra applies it (a value, set last;
+    its line last in ``hydra.overrides.hydra``). Each config is handed on at most once, so no caller sees
+    another's edits; anything else, or a failure, is composed (and reported) by Hydra itself."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    original = ConfigLoaderImpl.load_configuration
+    kept: Dict[Tuple[int, Any, Tuple[str, ...], Any, bool], Any] = {}
+
+    def load_configuration(self: Any, config_name: Optional[str], overrides: List[str], run_mode: Any,
+                           from_shell: bool = True, validate_sweep_overrides: bool = True) -> Any:
+        lines = tuple(overrides)
+        key = (id(self), config_name, lines, run_mode, from_shell)
+        cfg = kept.pop(key, None)
+        added: List[Any] = []
+        if cfg is None and lines[-1:] == (_MODE_LINE,):
+            cfg = kept.pop((id(self), config_name, lines[:-1], run_mode, from_shell), None)
+            added = [_MODE_LINE]
+        if cfg is not None and validate_sweep_overrides:
+            try:
+                parsed = OverridesParser.create().parse_overrides(overrides=list(lines))
+                self.validate_sweep_overrides_legal(overrides=parsed, run_mode=run_mode, from_shell=from_shell)
+                if added:
+                    ConfigLoaderImpl._apply_overrides_to_config(parsed[-1:], cfg)
+                    cfg.hydra.overrides.hydra.append(_MODE_LINE)
+                return cfg
+            except Exception:  # noqa: BLE001 - Hydra composes it again and says what is wrong in its own words
+                pass
+        cfg = original(self, config_name, overrides, run_mode, from_shell, validate_sweep_overrides)
+        if not validate_sweep_overrides:  # get_mode's: composed once more by multirun
+            kept[key] = cfg
+        return cfg
+
+    ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ConfigLoaderImpl.load_configuration = original  # type: ignore[method-assign]

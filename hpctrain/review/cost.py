@@ -5,6 +5,7 @@ sweep, made by :class:`hpctrain.review.runs.Accounting`), else estimated from th
 so. Runs packed into one task (``runs_per_task``) share its allocation evenly.
 """
 
+import operator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -13,6 +14,8 @@ from hpctrain.core import safefs
 from hpctrain.core.paths import SweepPaths
 from hpctrain.core.state import EventKind, RunState
 from hpctrain.slurm.parse import Usage
+
+_TIME = operator.attrgetter("time_ns")
 
 
 @dataclass(frozen=True)
@@ -70,18 +73,19 @@ def attempt_walls(rs: RunState, now: float, running: bool, last_seen: Any = None
     """Each attempt's seconds by the record, in start order (every submission's). An attempt with no end
     event counts up to ``now`` only while the run is ``running``; else up to ``last_seen`` (metrics.json's
     last write) where that is after its start: a dead attempt's cost stops growing."""
-    ordered = sorted(rs.events, key=lambda e: e.time_ns)
+    ordered = sorted(rs.events, key=_TIME)  # a C key: status on 10,000 runs sorts each record
+    seen = last_seen * 1e9 if isinstance(last_seen, (int, float)) and not isinstance(last_seen, bool) else 0.0
     walls = []
-    for i, start in enumerate(ordered):
-        if start.kind is not EventKind.STARTED or start.rank > 0:
+    ended: Optional[int] = None  # the first event after this one that is not a start (one pass, from the end)
+    for event in reversed(ordered):
+        if event.kind is not EventKind.STARTED:
+            ended = event.time_ns
             continue
-        ended = next((e.time_ns for e in ordered[i + 1:] if e.kind is not EventKind.STARTED), None)
-        if ended is None:
-            seen = last_seen * 1e9 if isinstance(last_seen, (int, float)) and not isinstance(last_seen, bool) else 0.0
-            end_ns = now * 1e9 if running else max(start.time_ns, min(seen, now * 1e9))
-        else:
-            end_ns = ended
-        walls.append(max(0.0, (end_ns - start.time_ns) / 1e9))
+        if event.rank > 0:
+            continue
+        end_ns = ended if ended is not None else now * 1e9 if running else max(event.time_ns, min(seen, now * 1e9))
+        walls.append(max(0.0, (end_ns - event.time_ns) / 1e9))
+    walls.reverse()
     return walls
 
 
