@@ -199,10 +199,10 @@ class Trainer:
             if self.distributed:
                 self.model.require_backward_grad_sync = last  # all-reduce on the last micro-step only
             if self.amp_dtype is None:  # full precision: no context entered and left a micro-step
-                loss = self.forward.loss_of(*self.forward(self.model, batch), batch)
+                loss = self.forward.loss_on(self.model, batch)
             else:
                 with self.autocast():
-                    loss = self.forward.loss_of(*self.forward(self.model, batch), batch)
+                    loss = self.forward.loss_on(self.model, batch)
             if self.grad_accum > 1:
                 loss = loss / self.grad_accum  # the mean over micro-steps (skipped for one: x / 1 is x, an op saved)
             if fetch_ahead or not last:
