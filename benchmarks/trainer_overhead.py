@@ -102,14 +102,27 @@ def plain_loop(cfg) -> float:
 def hpctrain_loop(cfg, sample_every_s: float = 0.0, out: Optional[Dict[str, float]] = None) -> float:
     """hpctrain's Trainer, with the job wrapper's utilisation sampler beside it when ``sample_every_s``;
     ``out`` is told how many samples the sampler took."""
+    from hpctrain.job import heartbeat, watchdog
     from hpctrain.job.preemption import PreemptionGuard
 
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(cfg, Path(run_dir), DistInfo(), hooks=[PreemptionGuard()])  # as app.train builds it
-        sampler = Sampler(run_dir, interval_s=sample_every_s) if sample_every_s else None
-        start = time.perf_counter()
-        with sampler or contextlib.nullcontext():
-            trainer.fit()
+        # as the job wrapper does: the attempt's heartbeat dir in the environment, the watchdog process started
+        # (its own process: valgrind does not follow its exec, as it costs a job's training process nothing)
+        beats = heartbeat.dir_for(run_dir, f"bench-{os.getpid()}")
+        settings = watchdog.settings_of(cfg, beats, Path(run_dir), f"bench-{os.getpid()}")
+        assert settings is not None, "hang_timeout_s=0: the watchdog is off"
+        dog = watchdog.start(settings)
+        os.environ[heartbeat.DIR_ENV] = str(beats)
+        try:
+            trainer = Trainer(cfg, Path(run_dir), DistInfo(), hooks=[PreemptionGuard()])  # as app.train builds it
+            assert isinstance(trainer.heart, heartbeat.Heart), "the heartbeat is not on"
+            sampler = Sampler(run_dir, interval_s=sample_every_s) if sample_every_s else None
+            start = time.perf_counter()
+            with sampler or contextlib.nullcontext():
+                trainer.fit()
+        finally:
+            os.environ.pop(heartbeat.DIR_ENV, None)
+            watchdog.stop(dog)
         if out is not None:
             out["samples"] = max(sampler.stats.n.values(), default=0) if sampler else 0
         return (time.perf_counter() - start) / cfg.max_steps
@@ -175,31 +188,35 @@ def instructions(n1: int, n2: int, repeats: int, keep: str = "", parallel: int =
     from omegaconf import OmegaConf
 
     ratios = []
-    for rep in range(repeats):
-        with tempfile.TemporaryDirectory(prefix="cachegrind-") as name:
-            tmp = Path(keep or name) / f"repeat{rep}"
+    with tempfile.TemporaryDirectory(prefix="cachegrind-") as name:
+        tmps, step_s = [Path(keep or name) / f"repeat{rep}" for rep in range(repeats)], []
+        for tmp in tmps:
             tmp.mkdir(parents=True, exist_ok=True)
             OmegaConf.save(compose(n2, SMALL), tmp / "config.yaml", resolve=True)
             # the step's real speed, for the sampler's share at the jobs' interval (a small term: read unslowed)
-            step_s = json.loads(subprocess.run(
+            step_s.append(json.loads(subprocess.run(
                 [sys.executable, os.path.abspath(__file__), "--worker", "trainer", "--steps", str(n2), "--config",
                  str(tmp / "config.yaml")], capture_output=True, text=True, env={**os.environ, **PINNED},
-                check=True).stdout.split("WORKER ")[-1])["step_s"]
-            jobs = [("sampler", 5), ("sampler", 25), ("plain", n1), ("plain", n2), ("trainer", n1), ("trainer", n2)]
-            with ThreadPoolExecutor(parallel) as pool:  # counts do not depend on what else runs: two at a time
-                s1, s2, *runs = pool.map(lambda job, tmp=tmp: counted(job[0], job[1], tmp), jobs)
-            per_sample = (s2["ir"] - s1["ir"]) / 20
-            plain, ours = runs[:2], runs[2:]
+                check=True).stdout.split("WORKER ")[-1])["step_s"])
+        sides = [("sampler", 5), ("sampler", 25), ("plain", n1), ("plain", n2), ("trainer", n1), ("trainer", n2)]
+        jobs = [(tmp, side, steps) for tmp in tmps for side, steps in sides]
+        # counts do not depend on what else runs: the repeats' runs share one pool of `parallel` processes
+        with ThreadPoolExecutor(parallel) as pool:
+            counts = list(pool.map(lambda job: counted(job[1], job[2], job[0]), jobs))
+    for rep in range(repeats):
+        s1, s2, *runs = counts[rep * len(sides):(rep + 1) * len(sides)]
+        per_sample = (s2["ir"] - s1["ir"]) / 20
+        plain, ours = runs[:2], runs[2:]
         # the samples valgrind's slowness let in, out; the jobs' rate at the real step time, in
         ours_ir = [r["ir"] - r["samples"] * per_sample for r in ours]
-        sampler_per_step = per_sample * step_s / JOB_SAMPLE_EVERY_S
+        sampler_per_step = per_sample * step_s[rep] / JOB_SAMPLE_EVERY_S
         per_plain = (plain[1]["ir"] - plain[0]["ir"]) / (n2 - n1)
         per_ours = (ours_ir[1] - ours_ir[0]) / (n2 - n1) + sampler_per_step
         ratios.append(per_ours / per_plain)
         print(f"repeat {rep}: plain {per_plain / 1e6:.4f} M instructions/step, trainer {per_ours / 1e6:.4f} M "
               f"(+{(per_ours - per_plain) / 1e3:.1f} k; sampler: {per_sample / 1e3:.0f} k a sample, samples in the "
               f"runs {ours[0]['samples']:.0f}/{ours[1]['samples']:.0f} counted apart, {sampler_per_step:.0f} a step "
-              f"at {step_s * 1e3:.1f} ms/step and one sample per {JOB_SAMPLE_EVERY_S:g} s), "
+              f"at {step_s[rep] * 1e3:.1f} ms/step and one sample per {JOB_SAMPLE_EVERY_S:g} s), "
               f"ratio {ratios[-1]:.4f}", flush=True)
     spread = (max(ratios) - min(ratios)) / min(ratios)
     print(f"torch {torch.__version__}, steps {n1} and {n2}, {repeats} repeats, {' '.join(f'{k}={v}' for k, v in PINNED.items())}; "

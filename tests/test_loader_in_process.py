@@ -3,6 +3,7 @@
 import torch
 from torch.utils.data import Dataset
 
+from hpctrain.train.batches import to_device
 from hpctrain.train.datasets.synthetic import gaussian_classes
 from hpctrain.train.distributed import DistInfo
 from hpctrain.train.loader import MicroBatches, ShardedBatches
@@ -23,14 +24,14 @@ class Items(Dataset):
 
 def _both(dataset, n_batches: int, info: DistInfo):
     made = MicroBatches(dataset, ShardedBatches(dataset, info, 3, 8), torch.device("cpu"), 0, 3)
-    ours = [made._next_host() for _ in range(n_batches)]  # crosses epochs; before the move to the device
+    ours = [made._fetch() for _ in range(n_batches)]  # crosses epochs
     loader = MicroBatches(dataset, ShardedBatches(dataset, info, 3, 8), torch.device("cpu"), 0, 3)
     theirs = []
     while len(theirs) < n_batches:  # the DataLoader path, epoch by epoch, as before
         loader.sampler.set_position(loader.epoch, 0)
         theirs += list(iter(loader._loader()))
         loader.epoch += 1
-    return ours, theirs[:n_batches]
+    return ours, [to_device(b, torch.device("cpu")) for b in theirs[:n_batches]]  # the same move
 
 
 def test_in_process_batches_are_the_data_loader_s():

@@ -137,3 +137,41 @@ def test_the_trainer_s_step_makes_few_calls_beyond_a_plain_loop_s(tmp_path):
     # torch 2.13: 669 against the loop's 719 (which slices its own permutation and divides by grad_accum);
     # 682 before issue 31's cuts of the loop (autocast context, any() over the hooks, logits_of twice, _move)
     assert ours <= theirs - 44, (ours, theirs)
+
+
+def test_a_watched_step_runs_few_frames_of_hpctrain_s_own(tmp_path, monkeypatch):
+    """Per step of a watched run (the heartbeat on, as the job wrapper sets it), the frames of hpctrain's own
+    code: the next pause is worked out once per interval (not ``boundary()`` and ``due()`` asked every step),
+    the data position (take, fetch) and the forward and loss (loss_on) in fewer frames. 22 before issue 31's last cuts (with the model's and
+    the LR lambda's three, which a plain loop runs too)."""
+    from trainer_helpers import compose
+
+    import hpctrain
+    from hpctrain.job import heartbeat
+    from hpctrain.job.preemption import PreemptionGuard
+    from hpctrain.train.distributed import DistInfo
+    from hpctrain.train.trainer import Trainer
+
+    monkeypatch.setenv(heartbeat.DIR_ENV, str(tmp_path / "beats"))
+    root = hpctrain.__file__.rsplit("/", 1)[0]
+
+    def frames(n: int) -> int:
+        cfg = compose([*SMALL[:-1], f"max_steps={n}", f"log_every={n}"])  # no log step in between
+        trainer = Trainer(cfg, tmp_path / str(n), DistInfo(), hooks=[PreemptionGuard()])
+        assert isinstance(trainer.heart, heartbeat.Heart)
+        count = [0]
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_filename.startswith(root):
+                count[0] += 1
+
+        sys.setprofile(profile)
+        try:
+            trainer.fit()
+        finally:
+            sys.setprofile(None)
+        return count[0]
+
+    frames(5)
+    per_step = (frames(60) - frames(20)) / 40
+    assert per_step <= 17, per_step

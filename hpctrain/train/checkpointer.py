@@ -52,6 +52,10 @@ class Checkpointer:
     def due(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
 
+    def next_due(self, step: int) -> Optional[int]:
+        """The first step after ``step`` at which a save is due; None: only forced saves."""
+        return (step // self.every + 1) * self.every if self.every > 0 else None
+
     def save(self, step: int, force: bool = False) -> bool:
         """Save if due at ``step`` (or ``force``: the run's last step, a preemption); True if it saved."""
         if not (force or self.due(step)) or step == self.saved_step:

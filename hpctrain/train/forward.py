@@ -31,6 +31,17 @@ class Forward:
         x, y = batch
         return (model(x, y) if self.model_loss else model(x)), y
 
+    def loss_on(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        """The batch's loss, ``loss_of(*self(model, batch), batch)``; a pair with a built-in loss in one frame."""
+        if type(batch) is tuple and self.own_logits:  # the common case: two frames and an ABC check fewer a step
+            x, y = batch
+            outputs = model(x)
+            try:
+                return self.loss(outputs, y)  # the built-in loss finds the predictions itself
+            except ModelOutputError as exc:
+                raise ModelOutputError(f"loss._target_={self.loss_target}: {exc}") from None
+        return self.loss_of(*self(model, batch), batch)
+
     def loss_of(self, outputs: Any, targets: Any, batch: Any) -> torch.Tensor:
         try:
             if self.model_loss or (self.dict_model_loss and type(batch) is not tuple and isinstance(batch, Mapping)):

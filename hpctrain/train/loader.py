@@ -75,7 +75,8 @@ class MicroBatches:
         for index in self.sampler:
             yield collate(fetch(index) if fetch else [self.dataset[i] for i in index])
 
-    def _next_host(self) -> Any:
+    def _fetch(self) -> Any:
+        # the next host batch and its move, in one frame a micro-batch
         while True:
             if self._it is None:
                 self.sampler.set_position(self.epoch, self.batch_in_epoch)
@@ -83,15 +84,12 @@ class MicroBatches:
                 in_process = self.num_workers == 0 and self.device.type != "cuda"
                 self._it = self._in_process() if in_process else iter(self._loader())
             try:
-                batch = next(self._it)
+                host = next(self._it)
             except StopIteration:
                 self.epoch, self.batch_in_epoch, self._it = self.epoch + 1, 0, None
                 continue
             self.batch_in_epoch += 1
-            return batch
-
-    def _fetch(self) -> Any:
-        host = self._next_host()
+            break
         batch = to_device(host, self.device)
         if not self._checked:  # once: a wrong device or unpinned memory on the untested GPU path fails here
             check_on_device(host, batch, self.device)

@@ -14,6 +14,8 @@ from hpctrain.train.outputs import logits_of, loss_of
 
 def cross_entropy(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
     """Class scores ``(N, C)``, or a language model's ``(N, T, C)``, against integer targets ``(N)`` / ``(N, T)``."""
+    if type(outputs) is torch.Tensor and outputs.dim() == 2 and targets.dim() == 1:
+        return F.cross_entropy(outputs, targets)  # a classifier's (N, C) logits: logits_of's frame saved a step
     logits = logits_of(outputs)
     if logits.dim() == 2 and targets.dim() == 1:
         return F.cross_entropy(logits, targets)  # already (N, C) and (N): two reshapes a step saved

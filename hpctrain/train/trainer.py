@@ -199,10 +199,10 @@ class Trainer:
             if self.distributed:
                 self.model.require_backward_grad_sync = last  # all-reduce on the last micro-step only
             if self.amp_dtype is None:  # full precision: no context entered and left a micro-step
-                loss = self.forward.loss_of(*self.forward(self.model, batch), batch)
+                loss = self.forward.loss_on(self.model, batch)
             else:
                 with self.autocast():
-                    loss = self.forward.loss_of(*self.forward(self.model, batch), batch)
+                    loss = self.forward.loss_on(self.model, batch)
             if self.grad_accum > 1:
                 loss = loss / self.grad_accum  # the mean over micro-steps (skipped for one: x / 1 is x, an op saved)
             if fetch_ahead or not last:
@@ -227,11 +227,15 @@ class Trainer:
         self.step += 1
         return loss_sum, grad_norm
 
-    def boundary(self, step: int) -> bool:
-        """After ``step`` the loop logs, evaluates, saves or ends: no batch may then be waiting fetched ahead."""
+    def next_boundary(self, step: int) -> int:
+        """The first step after ``step`` after which the loop logs, evaluates, saves or ends (no batch may then
+        be waiting fetched ahead): worked out once per interval, not asked every step."""
         every = self.every
-        return (step % every.log == 0 or step >= every.end or self.checkpointer.due(step)
-                or bool(every.eval and step % every.eval == 0))
+        ahead = [(step // every.log + 1) * every.log, max(every.end, step + 1)]
+        if every.eval:
+            ahead.append((step // every.eval + 1) * every.eval)
+        save = self.checkpointer.next_due(step)
+        return min(ahead) if save is None else min(save, *ahead)
 
     def fit(self) -> Dict[str, Any]:
         try:
@@ -254,6 +258,7 @@ class Trainer:
         beat = self.heart.slots  # the step stored here each step is all a watched rank pays
         beat[STEP] = beat[START] = self.step
         self.heart.phase(Phase.TRAIN)
+        boundary = self.next_boundary(self.step)
         while self.step < every.end:
             if schedule and self.step in schedule:
                 self.retune(schedule[self.step])
@@ -265,7 +270,7 @@ class Trainer:
                 if interval:
                     self._log_step(loss_acc / interval, None, meter)
                 self._stop()
-            pause = stop_asked or self.boundary(self.step + 1)
+            pause = stop_asked or self.step + 1 >= boundary
             loss, grad_norm = self.train_step(fetch_ahead=not pause)
             beat[STEP] = self.step
             loss_acc += loss
@@ -273,6 +278,7 @@ class Trainer:
             meter.step()
             if not pause:
                 continue
+            boundary = self.next_boundary(self.step)
             last_step = self.step >= every.end
             if self.step % every.log == 0 or last_step or stop_asked:
                 last, stop = self._log_step(loss_acc / interval, grad_norm, meter)
