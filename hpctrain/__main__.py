@@ -48,6 +48,10 @@ KEYS = {
     "eval_batches": "micro-batches per evaluation; 0: the whole validation set (20)",
     "ckpt_every": "steps between checkpoints; 0: at the end (and on preemption) only (100)",
     "max_nonfinite": "log steps in a row a NaN/Inf loss may last before the run fails (0)",
+    "hang_timeout_s": "seconds without a step before a run is called hung; 0: off (max(300, 10x the step time))",
+    "hang_first_step_s": "allowance for the first steps, a compile included (1800)",
+    "hang_eval_s": "allowance for one evaluation (1800)",
+    "hang_checkpoint_s": "allowance for one checkpoint save (900)",
     "objective": "objective.metric (val/loss) and objective.mode (min | max): what a sweep optimises",
     "metrics": "name -> {_target_: fn(outputs, targets)}: each logs val/<name> (group below)",
     "model": "model.<key>, or model._target_=pkg.module.Net for your own (group below)",
@@ -145,12 +149,12 @@ def shown_once(argv: List[str]) -> List[str]:
         swept = []
     if swept:
         o = swept[0]
-        raise _Refused(f"{o.get_key_element()}: --cfg and --info show one config, and {o.input_line} is a sweep; "
+        raise _FlagRefused(f"{o.get_key_element()}: --cfg and --info show one config, and {o.input_line} is a sweep; "
                        f"give it one value to see that run's config")
     return [a for a in argv if a not in ("-m", "--multirun")]
 
 
-class _Refused(Exception):
+class _FlagRefused(Exception):
     """A command line refused before Hydra runs: its one line."""
 
 
@@ -275,7 +279,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     argv = pick_launcher(overrides_first(argv))
     try:
         argv = shown_once(argv)
-    except _Refused as exc:
+    except _FlagRefused as exc:
         print(f"hpctrain: {exc}", file=sys.stderr)
         sys.exit(1)
     from hpctrain.schema import register_configs

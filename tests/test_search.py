@@ -108,7 +108,7 @@ BAD_INPUT = [
     (["lr=interval(0.1,0.001)"], "reversed interval"),
     (["lr=tag(log,interval(0,0.1))"], "log scale needs bounds > 0"),
     (["+sweep=bad_empty_choice"], "lr=choice(): ValueError while evaluating 'choice()': empty choice is not legal"),
-    (["no_such_key=interval(0,1)"], "unknown key 'no_such_key'"),
+    (["no_such_key=interval(0,1)"], "no_such_key: no such key in the config"),
     (["lr=interval(1e-4,1e-1)", "hydra.sweeper.sampler=grid"], "sampler=grid needs a finite set of values"),
     (["lr=interval(1e-4,1e-1)", "hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials=0: expected an integer >= 1"),
     (["lr=interval(1e-4,1e-1)", "hydra.sweeper.n_workers=0"], "hydra.sweeper.n_workers=0: expected an integer >= 1"),

@@ -165,11 +165,11 @@ def test_large_file_refused_and_named_venv_left_out(project, tmp_path):
     (venv / "lib" / "big.so").write_bytes(b"\0" * (5 << 20))
     sweep = tmp_path / "sweep"
     args = ["-m", "lr=1e-3", "max_steps=5", *model_args(tmp_path / "out"), "hydra/launcher=local",
-            "hydra.launcher.snapshot.max_mb=2", f"hydra.sweep.dir={sweep}"]
+            "hydra.launcher.snapshot.max_mb=4", f"hydra.sweep.dir={sweep}"]
     proc = run_hpctrain(args, cwd=project, timeout=120, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    assert "nothing submitted" in out and "hydra.launcher.snapshot.max_mb=2" in out, out
+    assert "nothing submitted" in out and "hydra.launcher.snapshot.max_mb=4" in out, out
     assert f"hydra.launcher.snapshot: {project / 'weights.bin'} (3.0 MB)" in out, out
     assert "big.so" not in out, "the virtual environment was counted"
     assert not (sweep / ".submitit").exists() and not (sweep / ".hpctrain").exists()

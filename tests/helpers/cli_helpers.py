@@ -11,7 +11,7 @@ HELPERS = ROOT / "tests" / "helpers"
 
 
 def hpctrain_env(extra: Optional[dict] = None) -> dict:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # tables as piped, unless a test says
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
     env.setdefault("HYDRA_FULL_ERROR", "0")
     env.update(extra or {})
