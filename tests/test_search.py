@@ -127,7 +127,8 @@ def test_bad_input_is_refused_on_the_login_node(tmp_path, slurm_cluster, args, m
     args = [*args, f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]
     proc = run_hpctrain(search(sweep, *args), cwd=tmp_path, timeout=60, check=False)
     assert proc.returncode != 0
-    problems = [line for line in proc.stderr.splitlines() if line.startswith("  ")]
+    lines = proc.stderr.splitlines()  # a list of problems, or the key check's one line before Hydra starts
+    problems = [line for line in lines if line.startswith("  ")] or [line for line in lines if line.startswith("hpctrain: ")]
     assert len(problems) == 1 and message in problems[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not sweep.exists()  # nothing submitted (no submitit folder), no study created
