@@ -3,11 +3,11 @@ grows linearly with the number of runs."""
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from call_count import calls as count_calls
 from hpctrain.core import events, manifest
 from hpctrain.core.run import RunSpec
 from hpctrain.core.state import EventKind, State
@@ -58,22 +58,6 @@ def test_a_run_dir_nested_below_the_sweep_dir_is_made(tmp_path):
     assert events.read(tmp_path / "a" / "b" / "run").state is State.QUEUED
 
 
-def _calls(fn) -> int:
-    """Python and C function calls made by ``fn()``: a count of work that does not depend on the machine's load."""
-    count = [0]
-
-    def profile(frame, event, arg):
-        if event in ("call", "c_call"):
-            count[0] += 1
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return count[0]
-
-
 def _submission(sweep: Path, n: int) -> None:
     specs = [RunSpec(i, (f"lr={i % 40}", f"seed={i // 40}"), sweep / f"{i}_lr={i % 40},seed={i // 40}", 10)
              for i in range(n)]
@@ -89,7 +73,7 @@ def _submission(sweep: Path, n: int) -> None:
 
 
 def test_a_submission_s_records_grow_linearly(tmp_path):
-    small, large = (_calls(lambda n=n: _submission(tmp_path / str(n), n)) for n in (250, 1000))
+    small, large = (count_calls(lambda n=n: _submission(tmp_path / str(n), n)) for n in (250, 1000))
     assert large <= 4.4 * small, (small, large)  # 4x the runs: at most 4x the work (+10 %)
     m = manifest.read(tmp_path / "1000")
     assert len(m.runs) == 1000 and m.runs[999].job_id == "7_999" and m.submissions[-1].job_ids == ["7"]
@@ -123,11 +107,11 @@ def test_job_ids_set_on_the_raw_json_read_as_the_typed_update_reads_them(tmp_pat
 
 def test_the_bulk_writer_skips_the_per_write_fold(tmp_path):
     n = 200
-    bulk = _calls(lambda: events.submitted_all(tmp_path / f"b{i}" for i in range(n))) / n
-    one = _calls(lambda: [events.submitted(tmp_path / f"o{i}") for i in range(n)]) / n
+    bulk = count_calls(lambda: events.submitted_all(tmp_path / f"b{i}" for i in range(n))) / n
+    one = count_calls(lambda: [events.submitted(tmp_path / f"o{i}") for i in range(n)]) / n
     assert bulk <= 100 and one >= 3 * bulk, (bulk, one)  # measured: 75 calls a run against 375
-    ids = _calls(lambda: manifest.add_job_ids(tmp_path, {}, ["1"]))
+    ids = count_calls(lambda: manifest.add_job_ids(tmp_path, {}, ["1"]))
     manifest.update(tmp_path, lambda m: m.runs.update({i: manifest.RunEntry(RunSpec(i, (), tmp_path / f"b{i}"))
                                                        for i in range(n)}))
-    per_run = (_calls(lambda: manifest.add_job_ids(tmp_path, {i: f"1_{i}" for i in range(n)}, ["1"])) - ids) / n
+    per_run = (count_calls(lambda: manifest.add_job_ids(tmp_path, {i: f"1_{i}" for i in range(n)}, ["1"])) - ids) / n
     assert per_run <= 20, per_run  # a load, a set, a dump: no typed parse of every run (that took 80)

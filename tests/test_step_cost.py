@@ -8,23 +8,8 @@ import time
 
 import pytest
 
+from call_count import calls as count_calls
 from hpctrain.core import summary
-
-
-def _calls(fn) -> int:
-    """Python and C function calls made by ``fn()``."""
-    count = [0]
-
-    def profile(frame, event, arg):
-        if event in ("call", "c_call"):
-            count[0] += 1
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return count[0]
 
 
 def test_a_log_step_s_metrics_json_write_is_cheap_and_stays_readable(tmp_path):
@@ -33,7 +18,7 @@ def test_a_log_step_s_metrics_json_write_is_cheap_and_stays_readable(tmp_path):
               "train/grad_norm": 1.2}
     summary.write(tmp_path, step=1, max_steps=300, started=time.time(), world_size=1, host="x", pid=1)
     summary.write(tmp_path, step=1, metrics=values)
-    calls = _calls(lambda: summary.write(tmp_path, step=2, metrics=values))
+    calls = count_calls(lambda: summary.write(tmp_path, step=2, metrics=values))
     assert calls <= 300, calls  # 583 with json.dumps(indent=1) and pathlib joins
     text = (tmp_path / "metrics.json").read_text()
     assert json.loads(text) == {**summary.read(tmp_path), "step": 2}
@@ -112,7 +97,7 @@ def test_a_log_step_s_scalars_are_one_tensorboard_event(tmp_path):
 
 
 def _per_step_calls(train, steps=(20, 60)) -> float:
-    a, b = (_calls(lambda n=n: train(n)) for n in steps)
+    a, b = (count_calls(lambda n=n: train(n)) for n in steps)
     return (b - a) / (steps[1] - steps[0])
 
 
