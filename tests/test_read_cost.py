@@ -4,10 +4,8 @@
 import sys
 from pathlib import Path
 
+from call_count import calls as _calls
 from hpctrain.core import events
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_record_bulk import _calls  # noqa: E402
 
 
 def _record(run: Path, end: str) -> Path:
