@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from hpctrain.core import paths as runfiles
+from hpctrain.core import stopping
 from hpctrain.job import heartbeat
 from hpctrain.job.heartbeat import Beat, Phase
 
@@ -92,14 +93,7 @@ def start(settings: WatchSettings) -> "subprocess.Popen[bytes]":
 
 
 def stop(proc: "Optional[subprocess.Popen[bytes]]") -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stopping.end_child(proc, grace_s=5)
 
 
 # ---------------------------------------------------------------- watching
