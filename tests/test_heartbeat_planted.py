@@ -75,3 +75,37 @@ def test_the_watchdog_reads_no_beat_from_a_dir_another_user_can_write(tmp_path):
     os.chmod(group_writable, 0o770)
     (group_writable / "rank0-1.beat").write_bytes(b"\0" * heartbeat.SIZE)
     assert heartbeat.beats(group_writable) == []
+
+
+def _dump_into(run_dir: Path, tmp_path: Path) -> list:
+    from hpctrain.job import watchdog
+
+    attempt = tmp_path / "shm" / "attempt"
+    os.environ[heartbeat.DIR_ENV] = str(attempt)
+    try:
+        heart = heartbeat.for_this_rank(0, 0)
+    finally:
+        del os.environ[heartbeat.DIR_ENV]
+    assert isinstance(heart, heartbeat.Heart)
+    try:
+        beat = heartbeat.read(heart.path)
+        assert beat is not None
+        dog = watchdog.Watchdog(watchdog.WatchSettings(str(attempt), str(run_dir), os.getpid(), node="n1"))
+        dog.dump([watchdog.Watch(heart.path, beat, 0.0)])  # this process's own stack, by the dump signal
+        return dog.copied
+    finally:
+        heart.close()
+
+
+def test_stacks_go_into_the_run_dir_but_never_through_a_planted_link(tmp_path, capfd):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (copied,) = _dump_into(run_dir, tmp_path)
+    assert copied.parent == run_dir / "stacks" and "test_stacks_go_into_the_run_dir" in copied.read_text()
+    planted_run, elsewhere = tmp_path / "run2", tmp_path / "theirs"
+    planted_run.mkdir()
+    elsewhere.mkdir()
+    (planted_run / "stacks").symlink_to(elsewhere)
+    assert _dump_into(planted_run, tmp_path / "second") == []
+    assert list(elsewhere.iterdir()) == []
+    assert "cannot write the stack of rank 0" in capfd.readouterr().err

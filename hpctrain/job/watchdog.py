@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from hpctrain.core import paths as runfiles
-from hpctrain.core import stopping
+from hpctrain.core import safefs, stopping
+from hpctrain.core.atomic import write_text_atomic
 from hpctrain.job import heartbeat
 from hpctrain.job.heartbeat import Beat, Phase
 
@@ -272,9 +273,9 @@ class Watchdog:
                     f"{w.beat.phase.name.lower()}: Python stacks (faulthandler, most recent call first)\n{text}"
                     + (f"\n# py-spy dump --native\n{native}" if native else ""))
             try:
-                target.mkdir(parents=True, exist_ok=True)
+                safefs.own_dir(target)  # a run dir in a group project space: no planted link followed
                 path = target / f"{tag}-rank{w.beat.rank}.txt"
-                path.write_text(body)
+                write_text_atomic(path, body)
                 self.copied.append(path)
             except OSError as exc:
                 print(f"hpctrain: cannot write the stack of rank {w.beat.rank}: {exc}", file=sys.stderr, flush=True)
