@@ -132,3 +132,65 @@ def test_report_names_a_node_where_one_run_hung_and_another_straggled(tmp_path):
     import hpctrain
 
     assert stragglers.repeat_line(hpctrain.load(sweep).runs[1:]) is None  # one straggle alone is not named
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_a_slow_rank_on_slurm_is_named_with_the_node_it_ran_on(tmp_path):
+    """Two nodes, one rank each (n1, n2): rank 1 sleeps in its forward; the flag names rank 1 and its own node
+    (read from its hardware file, not rank 0's), in the record, status and the API."""
+    sweep = tmp_path / "sweep"
+    run_hpctrain(["-m", *TASK, "+model.slow_s=0.03", "hydra/launcher=slurm", "hydra.launcher.nodes=2",
+                  "hydra.launcher.tasks_per_node=1", "hydra.launcher.wait=true", f"hydra.sweep.dir={sweep}"],
+                 cwd=tmp_path, timeout=400)
+    (run_dir,) = run_dirs(sweep)
+    import hpctrain
+
+    (run,) = hpctrain.load(sweep).runs
+    assert run.state.value == "completed"
+    hosts = run.hosts
+    assert set(hosts.values()) == {"n1", "n2"}, hosts
+    (event,) = flagged(run_dir)
+    assert event["straggler_rank"] == 1 and event["node"] == hosts[1], (event, hosts)
+    line = f"straggler: rank 1 on {hosts[1]}, {run.stragglers[0]['factor']:.1f}x"
+    assert run.straggler == line
+    shown = run_hpctrain(["status", str(sweep)], cwd=tmp_path, env={"COLUMNS": "300"}).stdout
+    assert f"#0 {line}" in shown, shown
+
+
+def test_on_a_gpu_the_window_s_last_step_is_timed_by_two_device_events_sent_a_window_later(tmp_path):
+    """The trainer's GPU path with stand-in events (no GPU here): the pair is recorded on each log window's
+    last step only (start of the step; before its synchronising backward), read after the log step's sync,
+    and that figure sent at the next log step; without a recorded pair the figure stays."""
+    from trainer_helpers import compose
+
+    from hpctrain.train import trainer as trainer_module
+    from hpctrain.train.distributed import DistInfo
+    from hpctrain.train.trainer import Trainer
+
+    cfg = compose(["max_steps=30", "log_every=10", "eval_every=0", "ckpt_every=0"])
+    t = Trainer(cfg, tmp_path, DistInfo())
+    recorded, sent = [], []
+
+    class Mark:
+        def __init__(self, name):
+            self.name = name
+
+        def record(self):
+            recorded.append((self.name, t.step))
+
+        def elapsed_time(self, end):
+            return 1000.0 * sum(1 for name, _ in recorded if name == "start")  # ms: the count of windows timed
+
+    t.judged, t.gpu_marks = True, (Mark("start"), Mark("end"))
+    t.judge = straggler.Detector()
+    t._judge = sent.append
+    t.fit()
+    assert recorded == [("start", 9), ("end", 9), ("start", 19), ("end", 19), ("start", 29), ("end", 29)]
+    assert sent == [[0.0], [1.0], [2.0]]  # one window late: read after the sync of the log step that timed it
+
+    class Unrecorded:
+        def elapsed_time(self, end):
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+
+    assert trainer_module.gpu_seconds((Unrecorded(), Unrecorded()), 0.25) == 0.25

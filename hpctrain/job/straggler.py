@@ -6,7 +6,9 @@ of one step's synchronising backward (the all-reduce) to the start of the next o
 step, the wait for data, the forward and the accumulation micro-steps' backward; two ``perf_counter`` reads
 a step on the host. At each log step the interval's mean per step rides along in the all-reduce the trainer
 makes there anyway for the loss (one slot per rank), so every rank knows every rank's figure without an
-extra collective; rank 0 judges them (:class:`Detector`) and records what it finds.
+extra collective; rank 0 judges them (:class:`Detector`) and records what it finds. On a GPU, whose host
+runs ahead of it, the host's clock would time kernel launches: there the trainer times the last step of
+each window on the device (two CUDA events, read after the log step's sync, sent a window later).
 
 Persistently: a rank whose figure is at least ``straggler_factor`` (default 1.3) times the median of the
 other ranks' figures, and at least :data:`MIN_EXCESS_S` more per step (timer noise of sub-millisecond steps

@@ -134,6 +134,10 @@ class Trainer:
         self.judged = self.distributed and judge is not None  # every rank sends its figure with the loss
         self.judge = judge if self.judged and info.is_main else None  # rank 0 judges and records
         self.stragglers_shown: Dict[int, float] = {}  # rank -> the factor metrics.json shows (one decimal)
+        # a GPU runs behind its host, whose clock then times the launches, not the kernels: there the last step
+        # of each log window is timed by two CUDA events instead, read after the log step's sync, sent a window later
+        self.gpu_marks = device_marks(self.device) if self.judged else None
+        self.gpu_own = 0.0
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.cfg.compile:
@@ -201,6 +205,8 @@ class Trainer:
     def train_step(self, fetch_ahead: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """One optimizer step over ``grad_accum`` micro-batches; ``fetch_ahead``: the next step's first too."""
         loss_sum: Optional[torch.Tensor] = None
+        if not fetch_ahead and self.gpu_marks:  # the window's last step, on a GPU: its own work from here
+            self.gpu_marks[0].record()
         for micro in range(self.grad_accum):
             last = micro == self.grad_accum - 1
             batch = self.data.take()
@@ -217,6 +223,8 @@ class Trainer:
                 self.data.prefetch()  # immediately fetch the next batch while the GPU runs the queued forward
             if last:  # the backward that waits for the other ranks' gradients is not this rank's own work
                 self.own_s += _now() - self.own_from
+                if not fetch_ahead and self.gpu_marks:
+                    self.gpu_marks[1].record()
             (self.scaler.scale(loss) if self.scaling else loss).backward()
             # stays on the device: no sync; the first micro-step's loss starts the sum (no zeros tensor a step)
             detached = loss.detach() if loss.dtype == torch.float32 else loss.detach().float()
@@ -325,7 +333,7 @@ class Trainer:
         stop_asked = float(self._stop_asked())
         if self.judged:
             mine = [0.0] * self.info.world_size
-            mine[self.info.rank] = self.own_s / max(1, steps)
+            mine[self.info.rank] = self.gpu_own if self.gpu_marks else self.own_s / max(1, steps)
             packed = torch.cat([mean_loss.reshape(1), torch.tensor([stop_asked, *mine], device=self.device)])
         else:
             packed = torch.stack([mean_loss, torch.tensor(stop_asked, device=self.device)])
@@ -334,6 +342,8 @@ class Trainer:
             dist.all_reduce(packed)  # one collective on log steps only
             packed[0] /= self.info.world_size
         loss, stop, *own = packed.tolist()  # the interval's only host sync
+        if self.gpu_marks:
+            self.gpu_own = gpu_seconds(self.gpu_marks, self.gpu_own)
         if self.judge is not None:
             self._judge(own)
         values = {"train/loss": loss, "train/lr": self.scheduler.get_last_lr()[0], **meter.read()}
@@ -438,6 +448,22 @@ class Trainer:
     def _flops_per_step(self) -> Optional[float]:
         per_sample = getattr(self.raw_model, "flops_per_sample", None)
         return None if per_sample is None else per_sample() * self.cfg.batch_size
+
+
+def device_marks(device: torch.device) -> Optional[Tuple[Any, Any]]:
+    """Two timing CUDA events on a GPU (its own work on a window's last step); None elsewhere (the host's clock)."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+
+def gpu_seconds(marks: Tuple[Any, Any], before: float) -> float:
+    """The device time between the two events, once both are done (after the log step's sync); ``before``
+    while they are not (a stop request's log step before any window's last step)."""
+    try:
+        return float(marks[0].elapsed_time(marks[1])) / 1000.0
+    except RuntimeError:
+        return before
 
 
 def unit_end(hooks: Sequence[TrainerHook], max_steps: int) -> int:
