@@ -45,6 +45,7 @@ def test_the_others_are_their_median_and_timer_noise_is_no_straggler():
     assert s.rank == 2 and s.others_s == pytest.approx(0.10) and s.factor == pytest.approx(3.0)
     tiny = straggler.Detector(factor=1.3, windows=1, skip=0)
     assert tiny.window(10, [0.0010, 0.0030]) == []  # 3x, but 2 ms a step: under MIN_EXCESS_S
+    assert tiny.window(20, [0.0, 0.0300]) == []  # no figure from the others (nothing timed yet): no reference
     assert straggler.median_without([1.0, 2.0, 3.0, 10.0], 3) == 2.0
     assert straggler.median_without([1.0, 2.0, 3.0, 10.0], 0) == 3.0
     assert straggler.median_without([1.0, 2.0, 3.0], 1) == 2.0

@@ -71,7 +71,7 @@ class Detector:
         ranked = [own[r] for r in order]
         for place, rank in enumerate(order):
             mine, others = own[rank], median_without(ranked, place)
-            if not (mine >= self.factor * others and mine - others >= self.min_excess_s):
+            if not (others > 0 and mine >= self.factor * others and mine - others >= self.min_excess_s):
                 self.slow.pop(rank, None)
                 continue
             run = self.slow.setdefault(rank, [])
@@ -79,8 +79,8 @@ class Detector:
             if len(run) >= self.windows:
                 before = self.flagged.get(rank)
                 node = before.node if before else self.node_of(rank)
-                self.flagged[rank] = Straggler(rank, node, mine / others if others > 0 else float("inf"), step,
-                                               before.since if before else run[0], mine, others)
+                self.flagged[rank] = Straggler(rank, node, mine / others, step, before.since if before else run[0],
+                                               mine, others)
         return list(self.flagged.values())
 
 

@@ -100,8 +100,7 @@ class Trainer:
                                           self.device)
         if info.is_main:
             summary.write(self.run_dir, max_steps=cfg.max_steps, started=time.time(),
-                          world_size=info.world_size, host=socket.gethostname(), pid=os.getpid(),
-                          stragglers=[])  # this attempt's, none yet
+                          world_size=info.world_size, host=socket.gethostname(), pid=os.getpid())
         self.model = self._wrap(self.raw_model)
         self.optimizer = build_optimizer(cfg.optim, self.raw_model, cfg.lr, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -134,6 +133,8 @@ class Trainer:
         self.judged = self.distributed and judge is not None  # every rank sends its figure with the loss
         self.judge = judge if self.judged and info.is_main else None  # rank 0 judges and records
         self.stragglers_shown: Dict[int, float] = {}  # rank -> the factor metrics.json shows (one decimal)
+        if self.judge is not None:
+            summary.write(self.run_dir, stragglers=[])  # this attempt's: none yet (an earlier attempt's are gone)
         # a GPU runs behind its host, whose clock then times the launches, not the kernels: there the last step
         # of each log window is timed by two CUDA events instead, read after the log step's sync, sent a window later
         self.gpu_marks = device_marks(self.device) if self.judged else None
