@@ -52,6 +52,8 @@ KEYS = {
     "hang_first_step_s": "allowance for the first steps, a compile included (1800)",
     "hang_eval_s": "allowance for one evaluation (1800)",
     "hang_checkpoint_s": "allowance for one checkpoint save (900)",
+    "straggler_factor": "flag a rank whose own work per step is this x the others' median; 0: off (1.3)",
+    "straggler_windows": "... in this many log windows in a row (3)",
     "objective": "objective.metric (val/loss) and objective.mode (min | max): what a sweep optimises",
     "metrics": "name -> {_target_: fn(outputs, targets)}: each logs val/<name> (group below)",
     "model": "model.<key>, or model._target_=pkg.module.Net for your own (group below)",

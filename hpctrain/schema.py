@@ -189,6 +189,10 @@ class TrainConfig:
     hang_first_step_s: float = 1800.0  # building the model and data, the first steps (a compile)
     hang_eval_s: float = 1800.0  # one evaluation
     hang_checkpoint_s: float = 900.0  # one checkpoint save
+    # stragglers (hpctrain.job.straggler): a rank whose own work per step is >= straggler_factor x the other
+    # ranks' median in straggler_windows log windows in a row is flagged (status, the tab, report); 0: off
+    straggler_factor: float = 1.3
+    straggler_windows: int = 3
     device: str = "auto"  # auto | cpu | cuda
     num_workers: int = 0
 

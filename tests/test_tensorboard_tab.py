@@ -169,6 +169,23 @@ def test_the_tab_shows_every_run_with_its_state_and_the_failed_runs_error(page, 
     assert "scalars" in names and "hparams" in names and "hpctrain" in names
 
 
+def test_the_tab_shows_a_straggler_with_its_node_in_the_run_s_note_and_its_own_section(page, sweep, tmp_path):
+    """What rank 0's trainer writes when it flags a straggler (hpctrain.job.straggler) drawn by the page: the
+    run's note cell and the Stragglers section name the rank, its node and the factor (the detection itself:
+    tests/test_stragglers.py)."""
+    from hpctrain.core import summary
+    from hpctrain.job.straggler import Straggler
+
+    manifest = json.loads((sweep / "sweep.json").read_text())
+    run0 = sweep / manifest["runs"]["0"]["run_dir"]
+    summary.write(run0, stragglers=[Straggler(1, "n2", 1.83, 60, 20, 0.0183, 0.01).to_dict()])
+    frame = tab(page)
+    frame.wait_for_selector("#stragglers .straggler[data-idx='0']", timeout=10_000)
+    assert "straggler: rank 1 on n2, 1.8x" in frame.inner_text("#stragglers")
+    assert "straggler: rank 1 on n2, 1.8x" in frame.inner_text("#runs tr[data-idx='0']")
+    page.screenshot(path=str(tmp_path / "tab_straggler.png"))
+
+
 def test_hparams_still_lists_the_swept_keys_first(browser, board, tmp_path):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = context.new_page()

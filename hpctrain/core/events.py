@@ -27,6 +27,8 @@ Transitions (and the state they lead to)::
     pruned(run_dir, step, reason)       -> pruned     a search sweeper stopped it early
     paused(run_dir, step)               -> paused     a search trial at its unit's end step (checkpointed);
                                                       the next ``started`` (a promotion) resumes it
+    straggler(run_dir, rank, node, ...) -> (unchanged) rank 0 flagged a rank persistently slower than the
+                                                      others (hpctrain.job.straggler)
 
 Retries: a crash of any rank ends its attempt ``failed``. After the attempt's tasks have all ended,
 exactly one process decides (:func:`retry_allowed` then :func:`retrying`): the Slurm batch script after
@@ -242,6 +244,13 @@ def hung(run_dir: PathLike, error: str, rank: int = -1, job_id: Optional[str] = 
     """The watchdog ended a hung attempt: ``error`` is its one line (ranks, nodes, the top frame); ``details``
     the ranks, nodes and stack files it names (hpctrain.job.watchdog)."""
     return _write(run_dir, EventKind.HUNG, rank, error=error, job_id=job_id, **details)
+
+
+def straggler(run_dir: PathLike, rank: int, node: str, factor: float, step: int, **details: Any) -> Event:
+    """Rank 0 flagged ``rank`` (on ``node``) as a straggler of this attempt: its own work per step was
+    ``factor`` x the other ranks' median for several log windows (hpctrain.job.straggler). The state stays."""
+    return _write(run_dir, EventKind.STRAGGLER, 0, straggler_rank=rank, node=node, factor=factor, step=step,
+                  **details)
 
 
 def retrying(run_dir: PathLike, attempt: int, of: int, **details: Any) -> Event:

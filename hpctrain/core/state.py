@@ -75,6 +75,7 @@ class EventKind(str, Enum):
     PRUNED = "pruned"
     PAUSED = "paused"
     HUNG = "hung"
+    STRAGGLER = "straggler"  # a rank persistently slower than the others (hpctrain.job.straggler): no state change
 
     def __str__(self) -> str:
         return self.value

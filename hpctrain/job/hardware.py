@@ -135,3 +135,21 @@ def _text(value: Any) -> str:
 
 def _short(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+
+
+def node_of(run_dir: "os.PathLike[str] | str", rank: int, me: int) -> str:
+    """The node ``rank`` of this attempt runs on: this process's own (rank ``me``) for itself, else the rank's
+    hardware file (written at its start, :mod:`hpctrain.job.lifecycle`) when it is this attempt's; "" when
+    unknown."""
+    from pathlib import Path
+
+    from hpctrain.core.atomic import read_json
+    from hpctrain.core.events import slurm_key
+    from hpctrain.core.paths import RunPaths
+
+    if rank == me:
+        return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    facts = read_json(RunPaths(Path(run_dir)).hardware / f"rank-{rank}.json") or {}
+    if facts.get("key") != slurm_key():
+        return ""
+    return str(facts.get("node") or facts.get("host") or "")

@@ -153,7 +153,7 @@ def _row(r: Run) -> Dict[str, Any]:
     hw = r.hardware  # what its latest attempt ran on (None where not recorded)
     row.update(gpu_model=hw.get("gpu_model"), gpu_count=hw.get("gpu_count"), driver=hw.get("driver"),
                cuda=hw.get("cuda"), cuda_driver=hw.get("cuda_driver"), cpu_model=hw.get("cpu_model"),
-               nodes=",".join(ran_on.nodes(hw)) or None)
+               nodes=",".join(ran_on.nodes(hw)) or None, straggler=r.straggler or None)
     return row
 
 

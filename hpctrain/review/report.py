@@ -18,6 +18,7 @@ from hpctrain.submit import provenance
 from hpctrain.review import cost as costs
 from hpctrain.review import fmt, lineage, plots
 from hpctrain.review import hardware as ran_on
+from hpctrain.review import stragglers as slow
 from hpctrain.review import search as search_review
 from hpctrain.review.plots import Curve, read_scalars
 from hpctrain.review.ranking import (
@@ -142,7 +143,9 @@ def run(sweep_dir: Path, metric: Optional[str] = None, mode: Optional[str] = Non
     cost_lines = cost_section(sweep)
     ranked = [x.record for x in ranking.runs]
     mixed = ran_on.mixed_warning(ranked)
-    hardware_lines = ran_on.lines(ranked) + ([f"warning: {mixed}"] if mixed else [])
+    repeat = slow.repeat_line(records)  # a node that hung or straggled in two or more runs/attempts
+    hardware_lines = ran_on.lines(ranked) + ([f"warning: {mixed}"] if mixed else []) + (
+        [f"warning: {repeat}"] if repeat else [])
     for line in cost_lines + hardware_lines + [f"warning: {p}" for p in sweep.problems]:
         con.print(line, soft_wrap=True, markup=False, highlight=False)
     if ranking.best:

@@ -23,6 +23,7 @@ from hpctrain.review import hardware as ran_on
 from hpctrain.review import cost as costs
 from hpctrain.review import jobs
 from hpctrain.review import search as search_review
+from hpctrain.review import stragglers as slow
 from hpctrain.review.cost import Cost
 from hpctrain.review.sweep import ListedRun, SweepListing, typed_value
 from hpctrain.slurm import parse as slurm_parse
@@ -65,6 +66,8 @@ class Run:
     requeue_steps: List[Tuple[Optional[int], Optional[int]]] = field(default_factory=list)
     # what its latest attempt ran on (hpctrain.job.hardware: node(s), GPU model, driver, CUDA, CPU model)
     hardware: Dict[str, Any] = field(default_factory=dict)
+    # its latest attempt's ranks flagged as stragglers (hpctrain.job.straggler): rank, node, factor, step, since
+    stragglers: List[Dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if type(self.state) is not State:  # a state given as its JSON text (an Enum call costs ~25 us a run)
@@ -106,6 +109,11 @@ class Run:
             return []
         return [dict(e.data().get("hardware") or {}) for e in events.events(self.run_dir)
                 if e.kind is EventKind.STARTED]
+
+    @property
+    def straggler(self) -> str:
+        """Its stragglers in one line (``straggler: rank 1 on n2, 1.8x``); "" for none."""
+        return slow.line(self.stragglers)
 
     def __repr__(self) -> str:
         metric = (self.declared_objective or {}).get("metric", "objective")
@@ -428,6 +436,7 @@ def _row(sweep: SweepListing, spec: ListedRun, summary: Dict[str, Any], rs: RunS
         objective=_number(values.get(metric)) if metric else None, wall_s=sum(walls), attempts=len(walls),
         utilisation=utilisation, stage=stage, requeue_steps=requeue_steps,
         hardware=dict(summary["hardware"]) if isinstance(summary.get("hardware"), dict) else {},
+        stragglers=slow.entries(summary.get("stragglers")),
         cost=_cost(sweep, job_id, walls, alloc, accounting, shares, requeue_steps, step))
 
 

@@ -71,6 +71,8 @@ def render(sweep: reader.Sweep, con: Any) -> None:
             notes.append(f"  [red]#{r.idx} {r.state}:[/] {escape(r.error.strip().splitlines()[-1])}")
         elif r.note and r.state not in (State.QUEUED, State.RUNNING, State.COMPLETED):
             notes.append(f"  [dim]#{r.idx} {r.state}: {escape(r.note)}[/]")
+        if r.stragglers:
+            notes.append(f"  [yellow]#{r.idx} {escape(r.straggler)}[/]")
     for line in notes[:MAX_NOTES]:
         con.print(line, soft_wrap=True)
     if len(notes) > MAX_NOTES:

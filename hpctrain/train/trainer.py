@@ -17,11 +17,11 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from hpctrain.core import events, summary
 from hpctrain.core import paths as runfiles
-from hpctrain.core import summary
 from hpctrain.core.redact import redact_config
 from hpctrain.core.state import State
-from hpctrain.job import lifecycle
+from hpctrain.job import hardware, lifecycle, straggler
 from hpctrain.job.heartbeat import START, STEP, Phase, for_this_rank
 from hpctrain.schema import RETUNABLE, read_schedule
 from hpctrain.train import hparams, preflight
@@ -38,6 +38,7 @@ from hpctrain.train.loggers import NullLogger, RunLogger, Throughput, peak_flops
 
 log = logging.getLogger(__name__)
 _NO_AUTOCAST = contextlib.nullcontext()  # reusable: entered and left every micro-step at full precision
+_now = time.perf_counter  # a rank's own work per step (hpctrain.job.straggler): two reads a step
 
 
 def micro_batch_size(batch_size: int, world_size: int, grad_accum: int) -> int:
@@ -126,6 +127,18 @@ class Trainer:
             self.logger.start(hparams.start_summaries(cfg, self.run_dir))
         self.evaluated_at: Optional[int] = None
         self.stop_flag = AgreedFlag(info)  # several ranks: a stop request agreed on one step later
+        # each rank's own work since the last log step, outside the gradient all-reduce (hpctrain.job.straggler)
+        self.own_s, self.own_from = 0.0, 0.0
+        judge = straggler.detector_of(cfg, lambda rank: hardware.node_of(self.run_dir, rank, info.rank))
+        self.judged = self.distributed and judge is not None  # every rank sends its figure with the loss
+        self.judge = judge if self.judged and info.is_main else None  # rank 0 judges and records
+        self.stragglers_shown: Dict[int, float] = {}  # rank -> the factor metrics.json shows (one decimal)
+        if self.judge is not None:
+            summary.write(self.run_dir, stragglers=[])  # this attempt's: none yet (an earlier attempt's are gone)
+        # a GPU runs behind its host, whose clock then times the launches, not the kernels: there the last step
+        # of each log window is timed by two CUDA events instead, read after the log step's sync, sent a window later
+        self.gpu_marks = device_marks(self.device) if self.judged else None
+        self.gpu_own = 0.0
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.cfg.compile:
@@ -193,6 +206,8 @@ class Trainer:
     def train_step(self, fetch_ahead: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """One optimizer step over ``grad_accum`` micro-batches; ``fetch_ahead``: the next step's first too."""
         loss_sum: Optional[torch.Tensor] = None
+        if not fetch_ahead and self.gpu_marks:  # the window's last step, on a GPU: its own work from here
+            self.gpu_marks[0].record()
         for micro in range(self.grad_accum):
             last = micro == self.grad_accum - 1
             batch = self.data.take()
@@ -207,11 +222,16 @@ class Trainer:
                 loss = loss / self.grad_accum  # the mean over micro-steps (skipped for one: x / 1 is x, an op saved)
             if fetch_ahead or not last:
                 self.data.prefetch()  # immediately fetch the next batch while the GPU runs the queued forward
+            if last:  # the backward that waits for the other ranks' gradients is not this rank's own work
+                self.own_s += _now() - self.own_from
+                if not fetch_ahead and self.gpu_marks:
+                    self.gpu_marks[1].record()
             (self.scaler.scale(loss) if self.scaling else loss).backward()
             # stays on the device: no sync; the first micro-step's loss starts the sum (no zeros tensor a step)
             detached = loss.detach() if loss.dtype == torch.float32 else loss.detach().float()
             loss_sum = detached if loss_sum is None else loss_sum + detached
         assert loss_sum is not None  # grad_accum >= 1 (the schema checks it)
+        self.own_from = _now()
         grad_norm = None
         if self.every.grad_clip > 0:
             if self.scaling:
@@ -259,6 +279,7 @@ class Trainer:
         beat[STEP] = beat[START] = self.step
         self.heart.phase(Phase.TRAIN)
         boundary = self.next_boundary(self.step)
+        self.own_s, self.own_from = 0.0, _now()
         while self.step < every.end:
             if schedule and self.step in schedule:
                 self.retune(schedule[self.step])
@@ -268,7 +289,7 @@ class Trainer:
             if self.distributed and self.stop_flag.exchange(self._stop_asked()):
                 self.data.put_back()  # the batch fetched ahead is trained after the resume
                 if interval:
-                    self._log_step(loss_acc / interval, None, meter)
+                    self._log_step(loss_acc / interval, None, meter, interval)
                 self._stop()
             pause = stop_asked or self.step + 1 >= boundary
             loss, grad_norm = self.train_step(fetch_ahead=not pause)
@@ -281,7 +302,7 @@ class Trainer:
             boundary = self.next_boundary(self.step)
             last_step = self.step >= every.end
             if self.step % every.log == 0 or last_step or stop_asked:
-                last, stop = self._log_step(loss_acc / interval, grad_norm, meter)
+                last, stop = self._log_step(loss_acc / interval, grad_norm, meter, interval)
                 loss_acc.zero_()
                 interval = 0
                 if stop and not last_step:
@@ -295,6 +316,7 @@ class Trainer:
             if self.checkpointer.due(self.step):
                 with meter.paused():
                     self._save()
+            self.own_from = _now()  # a log step's, an eval's or a save's work is no step's own
         # a unit's end before max_steps: paused (checkpointed at exactly that step; the LR schedule still
         # spans max_steps, so the resumed run goes on as if it had never stopped)
         return self._end(State.COMPLETED if self.step >= every.max_steps else State.PAUSED, last, started)
@@ -306,13 +328,25 @@ class Trainer:
         return False
 
     def _log_step(self, mean_loss: torch.Tensor, grad_norm: Optional[torch.Tensor],
-                  meter: Throughput) -> Tuple[Dict[str, float], bool]:
-        """Log the interval's mean train loss (across ranks) and say whether any rank was asked to stop."""
-        packed = torch.stack([mean_loss, torch.tensor(float(self._stop_asked()), device=self.device)])
+                  meter: Throughput, steps: int) -> Tuple[Dict[str, float], bool]:
+        """Log the interval's mean train loss (across ranks) and say whether any rank was asked to stop;
+        with several ranks, each rank's own work per step rides along (one slot a rank) to be judged."""
+        stop_asked = float(self._stop_asked())
+        if self.judged:
+            mine = [0.0] * self.info.world_size
+            mine[self.info.rank] = self.gpu_own if self.gpu_marks else self.own_s / max(1, steps)
+            packed = torch.cat([mean_loss.reshape(1), torch.tensor([stop_asked, *mine], device=self.device)])
+        else:
+            packed = torch.stack([mean_loss, torch.tensor(stop_asked, device=self.device)])
+        self.own_s = 0.0
         if self.info.enabled:
             dist.all_reduce(packed)  # one collective on log steps only
             packed[0] /= self.info.world_size
-        loss, stop = packed.tolist()  # the interval's only host sync
+        loss, stop, *own = packed.tolist()  # the interval's only host sync
+        if self.gpu_marks:
+            self.gpu_own = gpu_seconds(self.gpu_marks, self.gpu_own)
+        if self.judge is not None:
+            self._judge(own)
         values = {"train/loss": loss, "train/lr": self.scheduler.get_last_lr()[0], **meter.read()}
         self.nonfinite.check(self.step, loss, values["train/lr"])  # every rank holds the same reduced loss
         if grad_norm is not None:
@@ -320,6 +354,24 @@ class Trainer:
         self.logger.scalars(values, self.step)
         self.logger.progress(step=self.step, metrics=values)
         return values, stop > 0
+
+    def _judge(self, own: Sequence[float]) -> None:
+        """Rank 0: the ranks' figures of this window judged; a newly flagged rank recorded, the summary's
+        entries rewritten when they would read differently (hpctrain.job.straggler)."""
+        assert self.judge is not None
+        said = set(self.stragglers_shown)
+        flagged = self.judge.window(self.step, own)
+        shown = {s.rank: round(s.factor, 1) for s in flagged}
+        if shown == self.stragglers_shown:
+            return
+        self.stragglers_shown = shown
+        for s in flagged:
+            if s.rank not in said:
+                log.warning("%s (its own work per step %.4f s, the other ranks' median %.4f s, since step %d)",
+                            s.line(), s.own_s, s.others_s, s.since)
+                events.straggler(self.run_dir, s.rank, s.node, round(s.factor, 2), self.step, since=s.since,
+                                 own_s=round(s.own_s, 6), others_s=round(s.others_s, 6))
+        summary.write(self.run_dir, stragglers=[s.to_dict() for s in flagged])
 
     def _save(self, force: bool = False) -> None:
         self.heart.phase(Phase.CHECKPOINT)
@@ -397,6 +449,22 @@ class Trainer:
     def _flops_per_step(self) -> Optional[float]:
         per_sample = getattr(self.raw_model, "flops_per_sample", None)
         return None if per_sample is None else per_sample() * self.cfg.batch_size
+
+
+def device_marks(device: torch.device) -> Optional[Tuple[Any, Any]]:
+    """Two timing CUDA events on a GPU (its own work on a window's last step); None elsewhere (the host's clock)."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+
+def gpu_seconds(marks: Tuple[Any, Any], before: float) -> float:
+    """The device time between the two events, once both are done (after the log step's sync); ``before``
+    while they are not (a stop request's log step before any window's last step)."""
+    try:
+        return float(marks[0].elapsed_time(marks[1])) / 1000.0
+    except RuntimeError:
+        return before
 
 
 def unit_end(hooks: Sequence[TrainerHook], max_steps: int) -> int:

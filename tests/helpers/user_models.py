@@ -304,3 +304,21 @@ class HangsOnce(TinyNet):
             time.sleep(self.slow_eval_s)
         self.was_training = self.training
         return super().forward(x)
+
+
+class SlowOn(HangsOnce):
+    """Sleeps ``slow_s`` extra in each training forward on rank ``slow_rank`` only (a slow GPU or CPU of one
+    node: the other ranks wait for it in the gradient all-reduce); ``slow_s=0``: a healthy model. The rest of
+    its arguments are HangsOnce's (a run that straggles, or hangs once, or both)."""
+
+    def __init__(self, in_features: int, num_classes: int, slow_s: float = 0.0, slow_rank: int = 1,
+                 hang_at: int = -1, hang_rank: int = 1, marker: str = "") -> None:
+        super().__init__(in_features, num_classes, hang_at=hang_at, hang_rank=hang_rank, marker=marker)
+        self.slow = slow_s if int(os.environ.get("RANK", "0")) == slow_rank else 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.slow and self.training:
+            import time
+
+            time.sleep(self.slow)
+        return super().forward(x)

@@ -102,6 +102,7 @@ def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
             "redone_gpu_hours": number(r.cost.redone_gpu_hours) if r.cost and r.cost.requeues else None,
             "gpu_util": number(r.utilisation.get("gpu_util_mean")),
             "stage": r.stage, "parent": _parent(r.run_dir), "log": r.log, "objective_step": None,
+            "straggler": r.straggler, "stragglers": r.stragglers,
         }
         if r.objective is None and r.state is State.RUNNING and sweep is not None and sweep.objective_metric:
             row["objective"], row["objective_step"] = _latest(r.run_dir, sweep.objective_metric)
@@ -122,7 +123,9 @@ def payload(sweep_dir: Path, tails: TailCache) -> Dict[str, Any]:
         "sweep_dir": str(sweep_dir), "launcher": sweep.launcher if sweep else None,
         "swept": list(sweep.swept) if sweep else [], "objective": objective, "counts": counts,
         "runs": rows, "queue": queue, "queue_total": sum(1 for row in rows if row["state"] in ACTIVE_WAITING),
-        "failed": failed, "warnings": list(sweep.problems) if sweep else [], "problems": problems, "search": None,
+        "failed": failed, "stragglers": [{"idx": r.idx, "label": fmt.label(r.values, r.overrides), "state": r.state,
+                                          "line": r.straggler, "ranks": r.stragglers} for r in runs if r.stragglers],
+        "warnings": list(sweep.problems) if sweep else [], "problems": problems, "search": None,
         "cost": cost_summary(sweep) if sweep is not None else None,
     }
     search = sweep.listing.search if sweep is not None and sweep.listing is not None else None

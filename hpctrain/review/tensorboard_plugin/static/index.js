@@ -22,6 +22,7 @@ const CSS = `
   .meta { color: #616161; }
   .stale { color: #c62828; }
   .errline { color: #c62828; font-family: monospace; }
+  .straggler { color: #8d6e00; }
 `;
 
 function esc(value) {
@@ -81,7 +82,7 @@ function runsTable(data) {
     ${staged ? `<td class="stage">${esc(r.stage || "")}${r.parent !== null && r.parent !== undefined ? ` (from #${r.parent})` : ""}</td>` : ""}
     <td class="n">${r.restarts}</td><td class="n">${esc(r.elapsed)}</td>
     <td class="n">${r.estimated && r.gpu_hours !== null ? "~" : ""}${num(r.gpu_hours)}</td><td class="n">${num(r.gpu_util)}</td>
-    <td>${r.log ? `<a class="log" href="./log?idx=${r.idx}" target="_blank" title="${esc(r.log)}">tail</a>` : "-"}</td><td>${esc(r.note)}</td></tr>`);
+    <td>${r.log ? `<a class="log" href="./log?idx=${r.idx}" target="_blank" title="${esc(r.log)}">tail</a>` : "-"}</td><td>${esc(r.note)}${r.straggler ? `${r.note ? "; " : ""}<span class="straggler">${esc(r.straggler)}</span>` : ""}</td></tr>`);
   return `<h2>Runs</h2>${pager}<table id="runs" data-total="${all.length}" data-page="${page}">${head}${rows.join("")}</table>`;
 }
 
@@ -105,6 +106,14 @@ function failures(data) {
     ${f.tail && f.tail.length ? `<details><summary>log tail: ${esc(f.log)}</summary><pre class="tail">${esc(f.tail.join("\n"))}</pre></details>` : ""}
     </div>`);
   return `<h2>Failed runs (${failed.length})</h2><div id="failed">${items.join("")}</div>${more}`;
+}
+
+function stragglers(data) {
+  const found = data.stragglers || [];
+  if (!found.length) return "";
+  const items = found.map((s) => `<div class="straggler" data-idx="${s.idx}"><b>#${s.idx} ${esc(s.label)}</b> ${stateCell(s.state)}
+    ${esc(s.line)}</div>`);
+  return `<h2>Stragglers (${found.length})</h2><div id="stragglers">${items.join("")}</div>`;
 }
 
 function lastLine(text) {
@@ -183,7 +192,7 @@ export async function render() {
   const draw = (data, stale) => {
     const parts = [header(data, stale), lines("problems", "problems", data.problems), lines("warnings", "warnings", data.warnings)];
     if (data.runs && data.runs.length) {
-      parts.push(queueTable(data), failures(data));
+      parts.push(queueTable(data), failures(data), stragglers(data));
       if (data.search) parts.push(historySvg(data.search));
       parts.push(runsTable(data));
     }
