@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 from hpctrain.core import safefs
 from hpctrain.core.paths import HPCTRAIN_DIR, METRICS, RECORD_DIR
 
-VERSION = 1
+VERSION = 2
 SETTLE_S = 60.0  # a row is kept when its files last changed this long before the read (clock and tick slack)
 
 # a run's facts (hpctrain.review.runs._run_facts), written as a list in this order: no key names repeated
@@ -41,13 +41,14 @@ _HARDWARE = FIELDS.index("hardware")  # the same few machines for thousands of r
 Key = List[Any]  # [job id, packed, stat of the record dir, of metrics.json, of the logs (failures only)...]
 
 
-def _stat(path: str) -> Optional[List[int]]:
-    """What changes when the file does: inode, size, mtime, ctime (ns); None when it is missing."""
+def _stat(path: str) -> Optional[str]:
+    """What changes when the file does: ``inode:size:mtime:ctime`` (ns); None when it is missing. One string,
+    not four numbers: 10,000 runs' keys are read back on every status."""
     try:
         st = os.lstat(path)  # a link in the file's place is a change, never followed
     except OSError:
         return None
-    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def run_key(run_dir: str, job_id: Optional[str], packed: bool) -> Key:
@@ -92,8 +93,8 @@ class RowCache:
     def keep(self, run_dir: str, key: Key, facts: Dict[str, Any]) -> None:
         """Keep a final run's facts under ``key`` when its files have settled (see the module doc)."""
         limit = self.started_ns - int(SETTLE_S * 1e9)
-        stats = [s for s in key[2:] if s is not None]
-        if key[2] is None or any(s[2] >= limit or s[3] >= limit for s in stats):
+        times = [int(t) for s in key[2:] if s is not None for t in s.split(":")[2:]]  # mtime, ctime
+        if key[2] is None or any(t >= limit for t in times):
             return
         self.rows[run_dir] = [key, facts]
         self.changed = True
