@@ -112,11 +112,21 @@ def build_sweep(source: Path, dest: Path, n: int = 1000) -> Path:
     return dest
 
 
-def time_status(sweep_dir: Path, bin_dir: Path, repeats: int = 3) -> List[float]:
+def forget_rows(sweep_dir: Path) -> None:
+    """Remove the finished runs' kept rows (hpctrain.review.row_cache): the next read is a cold one."""
+    from hpctrain.review import row_cache
+
+    Path(row_cache.file_for(sweep_dir)).unlink(missing_ok=True)
+
+
+def time_status(sweep_dir: Path, bin_dir: Path, repeats: int = 3, cold: bool = False) -> List[float]:
+    """``repeats`` whole-CLI runs; ``cold``: each without the kept rows (the first status of a sweep)."""
     times = []
     log = bin_dir / "calls.log"
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", HPCTRAIN_CALLS_LOG=str(log))
     for _ in range(repeats):
+        if cold:
+            forget_rows(sweep_dir)
         log.unlink(missing_ok=True)
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep_dir)],
@@ -153,13 +163,16 @@ def main() -> None:
             sweep = args.sweep.absolute()
         else:
             sweep = build_sweep((args.source or make_source(work)).absolute(), work / "sweep", args.runs)
-        times = time_status(sweep, counting_bin(work))
+        bin_dir = counting_bin(work)
+        cold = time_status(sweep, bin_dir, cold=True)  # each the first status since the runs ended
+        times = time_status(sweep, bin_dir)  # warm: the finished runs' rows kept by the cold ones
         raw = raw_reference(work, args.runs, args.raw_submitit) if args.raw_submitit else None
     ratio = f"; raw submitit map_array of {args.runs} tasks {raw:.2f} s, ratio {statistics.median(times) / raw:.2f}" if (
         raw) else ""
-    print(f"status on {args.runs} runs: {min(times):.2f} s (best of {len(times)}; "
-          f"median {statistics.median(times):.2f} s; whole CLI in a fresh interpreter; load average "
-          f"{os.getloadavg()[0]:.1f}{ratio})")
+    print(f"cold (no kept rows): {', '.join(f'{t:.2f}' for t in cold)} s; warm: {', '.join(f'{t:.2f}' for t in times)} s")
+    print(f"status on {args.runs} runs: {min(times):.2f} s warm (best of {len(times)}; "
+          f"median {statistics.median(times):.2f} s; cold best {min(cold):.2f} s; whole CLI in a fresh interpreter; "
+          f"load average {os.getloadavg()[0]:.1f}{ratio})")
 
 
 def raw_reference(work: Path, n: int, sbatch: str) -> float:

@@ -82,7 +82,12 @@ def local_job_exit_code(job: Any) -> Optional[int]:
 def log_path(folder: "str | os.PathLike[str]", job_id: str, stream: str = "out") -> str:
     """submitit's log of rank 0: ``<folder>/<job_id>_0_log.out`` (``<array>_<task>_0_log.out`` for arrays),
     as its ``JobPaths(folder, job_id, task_id=0).stdout``/``.stderr``."""
-    return os.path.join(folder, f"{job_id}_0_log.{stream}")  # a plain string: status builds thousands
+    return os.path.join(folder, log_name(job_id, stream))  # a plain string: status builds thousands
+
+
+def log_name(job_id: str, stream: str = "out") -> str:
+    """The name of :func:`log_path` in its folder."""
+    return f"{job_id}_0_log.{stream}"
 
 
 def result_path(folder: "str | os.PathLike[str]", job_id: str) -> str:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from hpctrain._compat.submitit import log_path, result_outcome  # noqa: F401 - submitit's folder layout
+from hpctrain._compat.submitit import log_name, log_path, result_outcome  # noqa: F401 - submitit's folder layout
 from hpctrain.core import safefs
 from hpctrain.core import liveness
 from hpctrain.core.liveness import Liveness

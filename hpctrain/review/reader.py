@@ -6,11 +6,13 @@ Login side: no torch. Reads through the review layer's single readers (the manif
 metrics.json, the queue, accounting); whatever cannot be read is said in ``Sweep.problems``, never raised.
 """
 
+import gc
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from hpctrain.core.state import ACTIVE, Direction, State
 from hpctrain.review import hardware as ran_on
@@ -83,11 +85,12 @@ class Sweep:
         """One row per run: index, name, a column per swept key and per metric, state, objective, restarts,
         gpu_hours, cpu_hours, wall_s, estimated, requeues, redone_steps, redone_gpu_hours, step, run_dir, and
         what it ran on: gpu_model, gpu_count, driver, cuda (torch's), cuda_driver, cpu_model, nodes."""
-        try:
-            import pandas as pd
-        except ImportError:
-            raise ImportError("Sweep.to_pandas() needs pandas: pip install 'hpctrain[pandas]' (or pandas)") from None
-        return pd.DataFrame([_row(r) for r in self.runs])
+        with quiet_gc():
+            try:
+                import pandas as pd
+            except ImportError:
+                raise ImportError("Sweep.to_pandas() needs pandas: pip install 'hpctrain[pandas]' (or pandas)") from None
+            return pd.DataFrame([_row(r) for r in self.runs])
 
     def curves(self, tag: str) -> Any:
         """One scalar tag of every run as a long pandas DataFrame (columns run, step, value; ``run`` the run's
@@ -157,15 +160,32 @@ def _row(r: Run) -> Dict[str, Any]:
     return row
 
 
+@contextmanager
+def quiet_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused while a sweep is read: 10,000 runs' rows are about a million
+    objects that all live on, and each full collection walks every one of them (0.12-0.22 s of a 0.75-0.87 s
+    read of 10,000 runs measured, 0.12 s of the manifest's 0.26 s). Reference counting still frees what the
+    read drops; the collector is on again afterwards (if it was)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def load(path: Optional[PathLike] = None) -> Sweep:
     """The sweep in ``path`` (default: the newest under ./multirun). Raises only when there is no sweep there."""
-    return read(load_sweep(find_sweep_dir(str(path) if path is not None else None)))
+    with quiet_gc():
+        return read(load_sweep(find_sweep_dir(str(path) if path is not None else None)))
 
 
 def read(listing: SweepListing, poller: Any = None) -> Sweep:
     """The runs of a sweep whose manifest is read (``review.sweep.load_sweep``): the one reader of a sweep's
     runs for the API, ``status``, ``report`` and the tab. ``poller``: ``status --watch``'s squeue poller."""
-    snap = collect(listing, poller)
+    with quiet_gc():
+        snap = collect(listing, poller)
     declared = snap.objective() or {}
     metric = listing.objective_metric or declared.get("metric") or snap.metric  # report's choice when none is declared
     mode = declared.get("mode") if declared.get("metric") == metric else None

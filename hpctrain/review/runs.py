@@ -10,6 +10,7 @@ A queue that cannot be asked is unknown: the record's word stands, with a warnin
 """
 
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from hpctrain.review import checkpoints
 from hpctrain.review import hardware as ran_on
 from hpctrain.review import cost as costs
 from hpctrain.review import jobs
+from hpctrain.review import row_cache
 from hpctrain.review import search as search_review
 from hpctrain.review import stragglers as slow
 from hpctrain.review.cost import Cost
@@ -162,12 +164,25 @@ class Accounting:
         self._states: Optional[Dict[str, str]] = None
         self.asked = False
         self.problems: List[str] = []
+        self._asking: Optional[threading.Thread] = None
+        self._answer: Any = None
+
+    def prefetch(self) -> None:
+        """Ask for the cost now, in a thread beside the queue's call and the files' reads (each row needs it:
+        one wait for slurmdbd less on the login node)."""
+        def ask() -> None:
+            self._answer = slurm.usage(self.job_ids)
+
+        self._asking = threading.Thread(target=ask, name="hpctrain-sacct", daemon=True)
+        self._asking.start()
 
     def attempts(self, job_id: str) -> Optional[List[slurm_parse.Usage]]:
         """The job's attempts in accounting's order; None when accounting did not answer."""
         if not self.asked:
             self.asked = True
-            answer = slurm.usage(self.job_ids)
+            if self._asking is not None:
+                self._asking.join()
+            answer = self._answer if self._asking is not None else slurm.usage(self.job_ids)
             if answer is None:
                 self.problems.append("sacct did not answer: costs are estimated from the runs' records")
             else:
@@ -313,34 +328,63 @@ def collect(sweep: SweepListing, poller: "Optional[slurm.Poller[slurm_parse.Queu
     with a ``poller`` (``status --watch``), a failed call keeps the last answer for a few calls in a row.
     Accounting is asked once, for the runs the queue and files leave undecided and for the cost."""
     queue = None
+    accounting = Accounting([r.job_id for r in sweep.runs if r.job_id])
     if sweep.launcher == "slurm":
+        accounting.prefetch()
         queue = poller.poll() if poller is not None else slurm.squeue(
             [r.job_id for r in sweep.runs] + list(sweep.worker_job_ids))
-    accounting = Accounting([r.job_id for r in sweep.runs if r.job_id])
     judge = _Judge(sweep, queue, accounting)
     if poller is not None and poller.unknown and queue is not None:
         judge.warnings.append(f"squeue failed {poller.failures} time(s) in a row: its last answer is shown")
     now = time.time()
-    read = []
-    for spec in sweep.runs:
-        found = (summary.read(spec.run_dir) if spec.run_dir else None) or {}
-        rs = events.read(spec.run_dir)
-        state, note = judge.state(spec, rs, found)
-        read.append((spec, found, rs, state, note))
-    declared = next((o for o in (_declared(sweep, found) for _, found, _, _, _ in read) if o), None) or {}
+    packed = packed_job_ids(sweep.runs)
+    cache = row_cache.load(sweep.dir, row_cache.header_of(sweep.dir, sweep.submitit_folder, sweep.launcher,
+                                                          sweep.search is not None))
+    facts = [_facts(sweep, spec, judge, now, cache, packed) for spec in sweep.runs]
+    declared = next((o for o in (_declared(sweep, f) for f in facts) if o), None) or {}
     metric = sweep.objective_metric or declared.get("metric") or fallback_metric(
-        [found["metrics"] for _, found, _, _, _ in read if isinstance(found.get("metrics"), dict)])
+        [f["metrics"] for f in facts if isinstance(f["metrics"], dict)])
     shares: Dict[str, int] = {}
     for spec in sweep.runs:
         if spec.job_id:
             shares[spec.job_id] = shares.get(spec.job_id, 0) + 1
-    packed = {j for j, n in shares.items() if n > 1}
     alloc = costs.allocation(sweep.dir)
     logs = _names(sweep.submitit_folder)  # one listing, not two stats a run
-    rows = [_row(sweep, spec, found, rs, state, note, now, metric, alloc, accounting, shares, packed, logs)
-            for spec, found, rs, state, note in read]
+    rows = [_row(sweep, spec, f, metric, alloc, accounting, shares, packed, logs) for spec, f in zip(sweep.runs, facts)]
+    cache.save()
     return Snapshot(sweep=sweep, runs=rows, warnings=judge.warnings + accounting.problems, taken=now,
                     dead_workers=dead_workers(sweep, judge), metric=metric)
+
+
+def _facts(sweep: SweepListing, spec: ListedRun, judge: "_Judge", now: float, cache: row_cache.RowCache,
+           packed: Set[str]) -> Dict[str, Any]:
+    """What the run's own files say (:func:`_run_facts`): kept from an earlier read while those files are
+    unchanged and its record final (:mod:`hpctrain.review.row_cache`), else read now (and kept when final)."""
+    run_dir = str(spec.run_dir) if spec.run_dir else None
+    key = None
+    if run_dir is not None:
+        key = row_cache.run_key(run_dir, spec.job_id, spec.job_id in packed)  # before the files are read
+        kept = cache.get(run_dir, key, lambda f: _log_files(sweep, spec, f["job_id"], packed))
+        if kept is not None:
+            return kept
+    found = (summary.read(spec.run_dir) if spec.run_dir else None) or {}
+    rs = events.read(spec.run_dir)
+    job_id = spec.job_id or rs.job_id
+    if key is not None and rs.state in FAILURES:  # its state and error may come from its logs: their stats too
+        key = row_cache.with_logs(key, _log_files(sweep, spec, job_id, packed))
+    state, note = judge.state(spec, rs, found)
+    out = _run_facts(sweep, spec, found, rs, job_id, state, note, now, packed)
+    if run_dir is not None and key is not None and rs.state in FINAL:
+        cache.keep(run_dir, key, out)
+    return out
+
+
+def _log_files(sweep: SweepListing, spec: ListedRun, job_id: Optional[str], packed: Set[str]) -> List[str]:
+    """The logs a failed run's state and error are read from: its job's, its own when packed."""
+    if not job_id:
+        return []
+    own = [str(RunPaths(spec.run_dir).packed_log)] if spec.job_id in packed and spec.run_dir else []
+    return own + [jobs.log_path(sweep.submitit_folder, job_id, "err"), jobs.log_path(sweep.submitit_folder, job_id, "out")]
 
 
 def fallback_metric(metrics: Iterable[Dict[str, Any]]) -> Optional[str]:
@@ -397,11 +441,10 @@ def packed_job_ids(specs: Iterable[Any]) -> Set[str]:
     return shared
 
 
-def _row(sweep: SweepListing, spec: ListedRun, summary: Dict[str, Any], rs: RunState, state: State, note: str,
-         now: float, metric: Optional[str], alloc: costs.Allocation, accounting: Accounting,
-         shares: Dict[str, int], packed: Set[str], logs: Optional[Set[str]]) -> Run:
-    """One run's row from what was read of it. ``logs``: the names in the submitit folder, listed once for
-    the sweep (None: stat each log)."""
+def _run_facts(sweep: SweepListing, spec: ListedRun, summary: Dict[str, Any], rs: RunState, job_id: Optional[str],
+               state: State, note: str, now: float, packed: Set[str]) -> Dict[str, Any]:
+    """What a row takes from the run's own files (record, metrics.json, a failure's logs), as plain JSON
+    values (a final run's are kept as they are: :mod:`hpctrain.review.row_cache`)."""
     values = summary.get("metrics") or {}
     loss = values.get("train/loss")
     walls = costs.attempt_walls(rs, now, state is State.RUNNING, summary.get("updated"))
@@ -409,8 +452,6 @@ def _row(sweep: SweepListing, spec: ListedRun, summary: Dict[str, Any], rs: RunS
         told = search_review.objective(summary, sweep.objective_metric)
         if told is not None and sweep.objective_metric not in values:
             values = {**values, str(sweep.objective_metric): told}
-    job_id = spec.job_id or rs.job_id
-    requeue_steps = [_requeue_steps(e.data()) for e in rs.events if e.kind is EventKind.REQUEUED]
     stage = None
     for key in ("rung", "interval"):
         if isinstance(summary.get(key), int):
@@ -418,26 +459,43 @@ def _row(sweep: SweepListing, spec: ListedRun, summary: Dict[str, Any], rs: RunS
     sampled = summary.get("sys")
     utilisation = {k: float(v) for k, v in sampled.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)} if isinstance(sampled, dict) else {}
-    log = _log(sweep, spec, job_id, state, spec.job_id in packed, logs)
     error = None
     if state in FAILURES:
         own_log = str(RunPaths(spec.run_dir).packed_log) if spec.job_id in packed and spec.run_dir else None
         error = rs.error or summary.get("error") or (
             "\n".join(jobs.tail_lines(own_log or jobs.log_path(sweep.submitit_folder, job_id, "err"), 10)) or None
             if job_id else None)
-    step = summary.get("step")
+    return {
+        "job_id": job_id, "state": state.value, "note": note, "step": summary.get("step"),
+        "max_steps": summary.get("max_steps"), "loss": float(loss) if isinstance(loss, (int, float)) else None,
+        "elapsed_s": _elapsed(summary, rs, state, now, walls),
+        "restarts": rs.restarts if rs.state is not None else int(summary.get("restarts") or 0),
+        "error": error, "metrics": dict(values), "objective": summary.get("objective"), "walls": walls,
+        "utilisation": utilisation, "stage": stage,
+        "requeue_steps": [_requeue_steps(e.data()) for e in rs.events if e.kind is EventKind.REQUEUED],
+        "hardware": dict(summary["hardware"]) if isinstance(summary.get("hardware"), dict) else {},
+        "stragglers": summary.get("stragglers")}
+
+
+_STATES = {s.value: s for s in State}
+
+
+def _row(sweep: SweepListing, spec: ListedRun, f: Dict[str, Any], metric: Optional[str], alloc: costs.Allocation,
+         accounting: Accounting, shares: Dict[str, int], packed: Set[str], logs: Optional[Set[str]]) -> Run:
+    """One run's row from its files' facts (:func:`_run_facts`) and what the sweep says now: its place and
+    values in the manifest, its log, its cost. ``logs``: the names in the submitit folder, listed once for
+    the sweep (None: stat each log)."""
+    state, job_id, walls, values = _STATES[f["state"]], f["job_id"], f["walls"], f["metrics"]
+    requeue_steps = [(s, c) for s, c in f["requeue_steps"]]
     return Run(
         idx=spec.idx, name=spec.name, values=sweep.values(spec), overrides=spec.overrides, run_dir=spec.run_dir,
-        job_id=job_id, state=state, note=note, step=step, max_steps=summary.get("max_steps") or spec.max_steps,
-        loss=float(loss) if isinstance(loss, (int, float)) else None,
-        elapsed_s=_elapsed(summary, rs, state, now, walls),
-        restarts=rs.restarts if rs.state is not None else int(summary.get("restarts") or 0),
-        log=log, error=error, metrics=dict(values), declared_objective=_declared(sweep, summary),
-        objective=_number(values.get(metric)) if metric else None, wall_s=sum(walls), attempts=len(walls),
-        utilisation=utilisation, stage=stage, requeue_steps=requeue_steps,
-        hardware=dict(summary["hardware"]) if isinstance(summary.get("hardware"), dict) else {},
-        stragglers=slow.entries(summary.get("stragglers")),
-        cost=_cost(sweep, job_id, walls, alloc, accounting, shares, requeue_steps, step))
+        job_id=job_id, state=state, note=f["note"], step=f["step"], max_steps=f["max_steps"] or spec.max_steps,
+        loss=f["loss"], elapsed_s=f["elapsed_s"], restarts=f["restarts"],
+        log=_log(sweep, spec, job_id, state, spec.job_id in packed, logs), error=f["error"], metrics=values,
+        declared_objective=_declared(sweep, f), objective=_number(values.get(metric)) if metric else None,
+        wall_s=sum(walls), attempts=len(walls), utilisation=f["utilisation"], stage=f["stage"],
+        requeue_steps=requeue_steps, hardware=f["hardware"], stragglers=slow.entries(f.get("stragglers")),
+        cost=_cost(sweep, job_id, walls, alloc, accounting, shares, requeue_steps, f["step"]))
 
 
 def _cost(sweep: SweepListing, job_id: Optional[str], walls: List[float], alloc: costs.Allocation,
@@ -459,17 +517,17 @@ def _log(sweep: SweepListing, spec: ListedRun, job_id: Optional[str], state: Sta
         return own_log
     if not job_id:
         return None
-    err = jobs.log_path(sweep.submitit_folder, job_id, "err")
-    out = jobs.log_path(sweep.submitit_folder, job_id, "out")
+    err, out = jobs.log_name(job_id, "err"), jobs.log_name(job_id, "out")  # joined only for the one returned
+    folder = f"{sweep.submitit_folder}{os.sep}"  # jobs.log_path's join, as plain strings: 10,000 runs
 
-    def present(path: str) -> bool:
-        return os.path.basename(path) in logs if logs is not None else _size(path) >= 0
+    def present(name: str) -> bool:
+        return name in logs if logs is not None else _size(folder + name) >= 0
 
-    if (state in FAILURES or state is State.CANCELLED) and present(err) and _size(err) > 0:
-        return err
+    if (state in FAILURES or state is State.CANCELLED) and present(err) and _size(folder + err) > 0:
+        return folder + err
     if present(out):
-        return out
-    return err if present(err) else None
+        return folder + out
+    return folder + err if present(err) else None
 
 
 def _elapsed(summary: Dict[str, Any], rs: RunState, state: State, now: float, walls: List[float]) -> Optional[float]:

@@ -102,11 +102,12 @@ def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json:
     con = fmt.console()
     poller = None
     while True:
-        listing = load_sweep(sweep_dir)
-        if watch and poller is None:  # rides out a busy slurmctld: a failed call is unknown, not gone
-            poller = slurm.Poller(partial(slurm.squeue, [*(r.job_id for r in listing.runs), *listing.worker_job_ids]),
-                                  "squeue")
-        sweep = reader.read(listing, poller)
+        with reader.quiet_gc():
+            listing = load_sweep(sweep_dir)
+            if watch and poller is None:  # rides out a busy slurmctld: a failed call is unknown, not gone
+                poller = slurm.Poller(partial(slurm.squeue, [*(r.job_id for r in listing.runs),
+                                                            *listing.worker_job_ids]), "squeue")
+            sweep = reader.read(listing, poller)
         if as_json:
             runs = [{**r.to_dict(), "gpu_hours": r.cost.gpu_hours if r.cost else None} for r in sweep.runs]
             print(json.dumps({"sweep_dir": str(sweep_dir), "counts": sweep.counts(), "warnings": sweep.problems,
@@ -120,7 +121,8 @@ def run(sweep_dir: Path, watch: bool = False, interval_s: float = 10.0, as_json:
             if watch:
                 con.print(f"[dim]{time.strftime('%H:%M:%S')}  refreshing every {interval_s:g}s until all runs "
                           f"have ended (Ctrl-C to stop)[/]")
-            render(sweep, con)
+            with reader.quiet_gc():
+                render(sweep, con)
         if not watch or not sweep.active():
             return exit_code(sweep)
         time.sleep(interval_s)
