@@ -51,8 +51,8 @@ def _repo_state(root: Path, folder: Path, n: int, exclude: Sequence[Path]) -> Di
             "untracked": sizes}
 
 
-def _distributions() -> Dict[str, str]:
-    out = {}
+def _distributions() -> Dict[str, Optional[str]]:
+    out: Dict[str, Optional[str]] = {}
     for dist in importlib.metadata.distributions():
         name, version = _name_version(dist)
         if name:
