@@ -92,7 +92,13 @@ def test_the_record_lists_the_distributions_as_their_metadata_says_in_few_calls(
 COUNTING = """
 import sys
 from hydra._internal import config_loader_impl as L
-counts = {"defaults lists": 0, "group merges": 0}
+import copy
+counts = {"defaults lists": 0, "group merges": 0, "repository copies": 0}
+deepcopy = copy.deepcopy
+def counted_deepcopy(x, memo=None, _nil=[]):
+    counts["repository copies"] += type(x).__name__ == "ConfigRepository"
+    return deepcopy(x, memo, _nil)
+copy.deepcopy = counted_deepcopy
 create, merge = L.create_defaults_list, L.ConfigLoaderImpl._compose_config_from_defaults_list
 def counted_create(*a, **k):
     counts["defaults lists"] += 1
@@ -106,13 +112,15 @@ try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-print("COUNTS", counts["defaults lists"], counts["group merges"])
+print("COUNTS", counts["defaults lists"], counts["group merges"], counts["repository copies"])
 """
 
 
 def test_a_sweep_command_builds_its_defaults_list_and_merges_its_groups_once(tmp_path):
     """The key check, Hydra's multirun and the plan's base compose the same config-group choices: Hydra's
-    defaults list and group merge (about two thirds of a composition) once, not three times."""
+    defaults list and group merge (about two thirds of a composition) once, not three times; and no
+    composition deep-copies the loader's whole config repository (9 copies before) when no search path
+    changes it."""
     import subprocess
     import sys
 
@@ -122,13 +130,14 @@ def test_a_sweep_command_builds_its_defaults_list_and_merges_its_groups_once(tmp
                          text=True, timeout=300)
     assert "dry run: nothing submitted" in out.stdout, out.stdout + out.stderr
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("COUNTS "))
-    assert line.split()[1:] == ["1", "1"], out.stdout  # 3 and 3 before
+    assert line.split()[1:] == ["1", "1", "0"], out.stdout  # 3, 3 and 9 before
 
 
 @pytest.mark.parametrize("overrides", [
     SWEEP,
     ["model=cnn", "optim=sgd,adamw", "lr=0.1", "+extra.key=1"],
     ["+metrics=accuracy", "hydra.sweep.dir=elsewhere", "data=regression", "loss=mse"],
+    ["hydra.searchpath=[pkg://hpctrain.conf]", "model=cnn", "lr=0.5"],  # the repository's sources changed
 ])
 def test_shared_compositions_are_the_configs_hydra_composes(hydra_app, overrides):
     """Each composition within ``compositions_shared`` (the group merge copied from the first with the same

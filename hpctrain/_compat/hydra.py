@@ -195,10 +195,40 @@ def compositions_shared() -> Iterator[None]:
     loader_module.create_defaults_list = shared_create
     ConfigLoaderImpl._compose_config_from_defaults_list = shared_compose  # type: ignore[method-assign]
     try:
-        yield
+        with _repository_copied_on_change():
+            yield
     finally:
         loader_module.create_defaults_list = create
         ConfigLoaderImpl._compose_config_from_defaults_list = compose  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _repository_copied_on_change() -> Iterator[None]:
+    """Hydra's per-composition config repository deep-copies the loader's whole repository (ConfigStore
+    source included: about a tenth of a composition, and the key check asks for one per group it lists)
+    so that a ``hydra.searchpath`` in the primary config cannot change the loader's; within this, it is
+    copied when its sources are changed, the only write to it."""
+    import copy
+
+    from hydra._internal.config_repository import CachingConfigRepository
+
+    init, initialize = CachingConfigRepository.__init__, CachingConfigRepository.initialize_sources
+
+    def shared_init(self: Any, delegate: Any) -> None:
+        self.delegate, self.cache, self._hpctrain_shared = delegate, {}, True
+
+    def copy_then_initialize(self: Any, config_search_path: Any) -> None:
+        if getattr(self, "_hpctrain_shared", False):
+            self.delegate, self._hpctrain_shared = copy.deepcopy(self.delegate), False
+        initialize(self, config_search_path)
+
+    CachingConfigRepository.__init__ = shared_init  # type: ignore[method-assign]
+    CachingConfigRepository.initialize_sources = copy_then_initialize  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CachingConfigRepository.__init__ = init  # type: ignore[method-assign]
+        CachingConfigRepository.initialize_sources = initialize  # type: ignore[method-assign]
 
 
 def _choices_key(repo: Any, config_name: Optional[str], overrides: List[Any], prepend_hydra: bool) -> Optional[Any]:
