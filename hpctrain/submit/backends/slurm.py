@@ -25,7 +25,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from hpctrain._compat.submitit import convert_mem, sbatch_script, unsent_scripts
+from hpctrain._compat.submitit import convert_mem, pickles_of_one_mode, sbatch_script, unsent_scripts
 from hpctrain.submit import arrays, results
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.launcher import BaseLauncher, JobIds, PlannedRun
@@ -233,9 +233,14 @@ class SlurmLauncher(BaseLauncher):
         import submitit
 
         executor = submitit.SlurmExecutor(python=submission.python, **submission.executor)
+        arrays_ = [a for a in submission.arrays if a.size]
+        with pickles_of_one_mode():
+            return self._send_arrays(submission, executor, arrays_, job, job_ids)
+
+    def _send_arrays(self, submission: Submission, executor: Any, arrays_: List[Array], job: Any,
+                     job_ids: JobIds) -> List[Any]:
         jobs: List[Any] = []
         before = ""
-        arrays_ = [a for a in submission.arrays if a.size]
         for n, array in enumerate(arrays_):
             executor.update_parameters(**(after(array.parameters, before) if before else array.parameters))
             try:
