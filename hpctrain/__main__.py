@@ -284,30 +284,30 @@ def main(argv: Optional[List[str]] = None) -> None:
     except _FlagRefused as exc:
         print(f"hpctrain: {exc}", file=sys.stderr)
         sys.exit(1)
+    from hpctrain._compat.hydra import compositions_shared, mode_composed_once
     from hpctrain.schema import register_configs
     from hpctrain.submit.checks import unread_key
     from hpctrain.submit.keys import command_line_problems
 
     register_configs()  # the schema the app's config names (hpctrain.app registers it too, on import)
-    found = command_line_problems(argv, "pkg://hpctrain.conf", "config", unread=unread_key,  # once per key
-                                  before=_too_large)
-    if found:
-        print("\n".join(f"hpctrain: {p}" for p in found), file=sys.stderr)
-        sys.exit(1)
-    sys.argv = [sys.argv[0]] + argv
-    from hpctrain._compat.hydra import mode_composed_once
-    from hpctrain.app import main as hydra_main
+    with compositions_shared():  # the key check's, Hydra's and the plan's compositions: the same groups
+        found = command_line_problems(argv, "pkg://hpctrain.conf", "config", unread=unread_key,  # once per key
+                                      before=_too_large)
+        if found:
+            print("\n".join(f"hpctrain: {p}" for p in found), file=sys.stderr)
+            sys.exit(1)
+        sys.argv = [sys.argv[0]] + argv
+        from hpctrain.app import main as hydra_main
 
-    stderr, sys.stderr = sys.stderr, _CompactErrors(sys.stderr)
-    try:
-        with mode_composed_once():  # -m: Hydra's get_mode and multirun compose the same config
-            hydra_main()
-    except KeyboardInterrupt:  # a Ctrl-C outside the local launcher's wait (which says more itself)
-        print("hpctrain: interrupted (Ctrl-C)", file=stderr)
-        sys.exit(130)
-    finally:
-        sys.stderr = stderr
-
+        stderr, sys.stderr = sys.stderr, _CompactErrors(sys.stderr)
+        try:
+            with mode_composed_once():  # -m: Hydra's get_mode and multirun compose the same config
+                hydra_main()
+        except KeyboardInterrupt:  # a Ctrl-C outside the local launcher's wait (which says more itself)
+            print("hpctrain: interrupted (Ctrl-C)", file=stderr)
+            sys.exit(130)
+        finally:
+            sys.stderr = stderr
 
 if __name__ == "__main__":
     main()

@@ -132,3 +132,114 @@ def mode_composed_once() -> Iterator[None]:
         yield
     finally:
         ConfigLoaderImpl.load_configuration = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def compositions_shared() -> Iterator[None]:
+    """Within this, compositions with the same config-group choices share their defaults list and composed
+    groups: the first is composed by Hydra, each later one gets a copy of it, then Hydra's own rest of the
+    composition (its value overrides applied, its ``hydra.overrides`` and runtime). ``python -m hpctrain -m``
+    composes three times with the same choices (the key check's, Hydra's, the plan's base), and the defaults
+    list and the merge of the group configs are about two thirds of each. Shared when the same config name,
+    config sources (search path included) and group overrides, in order, are asked for; a composition of
+    Hydra's run mode (a missing group default is an error there) shares one of its multirun mode only where
+    no group default was skipped as missing. A failing composition is not kept: Hydra composes it again."""
+    from hydra._internal import config_loader_impl as loader_module
+    from hydra._internal import defaults_list as defaults_module
+
+    create, compose = loader_module.create_defaults_list, ConfigLoaderImpl._compose_config_from_defaults_list
+    check = defaults_module._check_not_missing
+    kept: Dict[Tuple[Any, bool], Tuple[Any, bool]] = {}  # (choices key, skip_missing) -> (defaults list, skipped)
+    composed: Dict[int, Any] = {}  # id of a kept defaults list's defaults -> the groups as composed, untouched
+
+    def shared_create(repo: Any, config_name: Optional[str], overrides_list: List[Any], prepend_hydra: bool,
+                      skip_missing: bool) -> Any:
+        key = _choices_key(repo, config_name, overrides_list, prepend_hydra)
+        if key is None:
+            return create(repo, config_name, overrides_list, prepend_hydra, skip_missing)
+        hit = kept.get((key, skip_missing))
+        if hit is None and not skip_missing and (key, True) in kept and not kept[(key, True)][1]:
+            hit = kept[(key, True)]  # nothing was skipped as missing: run mode lists the same defaults
+        if hit is not None:
+            found = hit[0]
+            values = [o for o in overrides_list if not o.is_sweep_override()
+                      and (isinstance(o.value(), dict) or not repo.group_exists(o.key_or_group))]
+            return type(found)(defaults=found.defaults, config_overrides=values, defaults_tree=found.defaults_tree,
+                               overrides=found.overrides)
+        skipped: List[bool] = []
+
+        def noted(repo: Any, default: Any, skip_missing: bool) -> bool:
+            missing = check(repo=repo, default=default, skip_missing=skip_missing)
+            skipped.append(missing)
+            return missing
+
+        defaults_module._check_not_missing = noted
+        try:
+            result = create(repo, config_name, overrides_list, prepend_hydra, skip_missing)
+        finally:
+            defaults_module._check_not_missing = check
+        kept[(key, skip_missing)] = (result, any(skipped))
+        return result
+
+    def shared_compose(self: Any, defaults: List[Any], repo: Any) -> Any:
+        import copy
+
+        first = composed.get(id(defaults))
+        if first is not None:
+            return copy.deepcopy(first)
+        cfg = compose(self, defaults=defaults, repo=repo)
+        if any(found.defaults is defaults for found, _ in kept.values()):
+            composed[id(defaults)] = copy.deepcopy(cfg)  # the callers edit theirs (struct, overrides)
+        return cfg
+
+    loader_module.create_defaults_list = shared_create
+    ConfigLoaderImpl._compose_config_from_defaults_list = shared_compose  # type: ignore[method-assign]
+    try:
+        with _repository_copied_on_change():
+            yield
+    finally:
+        loader_module.create_defaults_list = create
+        ConfigLoaderImpl._compose_config_from_defaults_list = compose  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _repository_copied_on_change() -> Iterator[None]:
+    """Hydra's per-composition config repository deep-copies the loader's whole repository (ConfigStore
+    source included: about a tenth of a composition, and the key check asks for one per group it lists)
+    so that a ``hydra.searchpath`` in the primary config cannot change the loader's; within this, it is
+    copied when its sources are changed, the only write to it."""
+    import copy
+
+    from hydra._internal.config_repository import CachingConfigRepository
+
+    init, initialize = CachingConfigRepository.__init__, CachingConfigRepository.initialize_sources
+
+    def shared_init(self: Any, delegate: Any) -> None:
+        self.delegate, self.cache, self._hpctrain_shared = delegate, {}, True
+
+    def copy_then_initialize(self: Any, config_search_path: Any) -> None:
+        if getattr(self, "_hpctrain_shared", False):
+            self.delegate, self._hpctrain_shared = copy.deepcopy(self.delegate), False
+        initialize(self, config_search_path)
+
+    CachingConfigRepository.__init__ = shared_init  # type: ignore[method-assign]
+    CachingConfigRepository.initialize_sources = copy_then_initialize  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CachingConfigRepository.__init__ = init  # type: ignore[method-assign]
+        CachingConfigRepository.initialize_sources = initialize  # type: ignore[method-assign]
+
+
+def _choices_key(repo: Any, config_name: Optional[str], overrides: List[Any], prepend_hydra: bool) -> Optional[Any]:
+    """What a defaults list depends on: the config, its sources and the group overrides in order (Hydra's
+    ``Overrides`` sorts them out the same way); None for a group override Hydra refuses (it says why)."""
+    groups = []
+    for o in overrides:
+        if o.is_sweep_override() or isinstance(o.value(), dict) or not repo.group_exists(o.key_or_group):
+            continue
+        if o.is_force_add() or not isinstance(o.value(), (str, list)) and not o.is_delete():
+            return None
+        groups.append((o.type.name, o.get_key_element(), repr(o.value())))
+    sources = tuple((s.provider, s.path) for s in repo.get_sources())
+    return config_name, prepend_hydra, sources, tuple(groups)

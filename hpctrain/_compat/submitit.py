@@ -4,10 +4,11 @@ jobs run and the layout of its folder (log and result file names, the result pic
 When a release moves one of these, this module is the one to change (canaries: tests/test_compat.py).
 """
 
+import contextlib
 import functools
 import os
 import pickletools
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 # the module submitit's sbatch script runs on every task: ``python -u -m submitit.core._submit FOLDER``
 
@@ -126,16 +127,34 @@ def private_pickles() -> None:
 
     def cloudpickle_dump(obj: Any, filename: Any) -> None:
         data = cloudpickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+        mode = _SENDING[0] if _SENDING[0] is not None else safefs.exec_file_mode()
         try:  # a new name (submitit's are random): made here, as the user alone may write it
-            fd = os.open(filename, os.O_WRONLY | os.O_CREAT | os.O_EXCL | safefs.NOFOLLOW, safefs.exec_file_mode())
+            fd = os.open(filename, os.O_WRONLY | os.O_CREAT | os.O_EXCL | safefs.NOFOLLOW, mode)
         except FileExistsError:  # written again (a checkpoint before a requeue): replaced whole
-            atomic.write_bytes_atomic(filename, data, safefs.exec_file_mode())
+            atomic.write_bytes_atomic(filename, data, mode)
             return
         with open(fd, "wb") as f:
             f.write(data)
 
     cloudpickle_dump.hpctrain = True  # type: ignore[attr-defined]
     utils.cloudpickle_dump = cloudpickle_dump
+
+
+_SENDING: List[Optional[int]] = [None]  # the pickles' mode while one submission's arrays are sent
+
+
+@contextlib.contextmanager
+def pickles_of_one_mode() -> Iterator[None]:
+    """Within this (a submission's ``map_array`` calls), the pickles' mode is worked out once from the umask,
+    not once a pickle (each a read of ``/proc/self/status``: 10,000 for 10,000 tasks); nothing in between
+    changes this process's umask."""
+    from hpctrain.core import safefs
+
+    _SENDING[0] = safefs.exec_file_mode()
+    try:
+        yield
+    finally:
+        _SENDING[0] = None
 
 
 def unsent_scripts(folder: "str | os.PathLike[str]") -> "list[str]":

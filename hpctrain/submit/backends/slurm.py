@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
 from hydra.core.utils import JobReturn, JobStatus
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
 
-from hpctrain._compat.submitit import convert_mem, sbatch_script, unsent_scripts
+from hpctrain._compat.submitit import convert_mem, pickles_of_one_mode, sbatch_script, unsent_scripts
 from hpctrain.submit import arrays, results
 from hpctrain.submit.errors import LaunchError
 from hpctrain.submit.launcher import BaseLauncher, JobIds, PlannedRun
@@ -32,6 +34,7 @@ from hpctrain.submit.results import print_next_commands
 from hpctrain.submit.submission import Array, Submission
 from hpctrain.core.paths import HOST_DIR
 from hpctrain.slurm import parse as slurm_parse
+from hpctrain.slurm.ahead import Ahead
 from hpctrain.slurm.host import HOST_DIR_ENV
 from hpctrain.slurm import query as slurm
 
@@ -107,6 +110,21 @@ def host_lines(sweep_dir: Path) -> List[str]:
 class SlurmLauncher(BaseLauncher):
     kind = "slurm"
 
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        # the cluster's answers the launch needs, asked now (in the background) while the plan is made
+        self.ahead = Ahead()
+        self.ahead.ask("limits", slurm.array_limits)
+        self.ahead.ask("partitions", slurm.partitions)
+        self.ahead.ask("cap", self._submit_cap)
+
+    def _submit_cap(self) -> Optional[slurm_parse.SubmitCap]:
+        return slurm.max_submit_jobs(self.params.account, self.params.qos)
+
+    def _answer(self, name: str, fn: Any) -> Any:
+        ahead = getattr(self, "ahead", None)  # a launcher used without setup (its tests): asked now
+        return fn() if ahead is None else ahead.take(name, fn)
+
     def world_size(self) -> int:
         return int(self.params.nodes) * self.tasks_per_node()
 
@@ -163,7 +181,7 @@ class SlurmLauncher(BaseLauncher):
 
     def limits(self) -> slurm_parse.ArrayLimits:
         if getattr(self, "_limits", None) is None:
-            self._limits = slurm.array_limits()  # one scontrol call per launch
+            self._limits = self._answer("limits", slurm.array_limits)  # one scontrol call per launch
         return self._limits
 
     def chunks(self, n_tasks: int) -> List[arrays.Chunk]:
@@ -215,9 +233,14 @@ class SlurmLauncher(BaseLauncher):
         import submitit
 
         executor = submitit.SlurmExecutor(python=submission.python, **submission.executor)
+        arrays_ = [a for a in submission.arrays if a.size]
+        with pickles_of_one_mode():
+            return self._send_arrays(submission, executor, arrays_, job, job_ids)
+
+    def _send_arrays(self, submission: Submission, executor: Any, arrays_: List[Array], job: Any,
+                     job_ids: JobIds) -> List[Any]:
         jobs: List[Any] = []
         before = ""
-        arrays_ = [a for a in submission.arrays if a.size]
         for n, array in enumerate(arrays_):
             executor.update_parameters(**(after(array.parameters, before) if before else array.parameters))
             try:
@@ -262,7 +285,7 @@ class SlurmLauncher(BaseLauncher):
         most = self.limits().max_job_count
         if most is not None and n_tasks > most:
             return most, f"the cluster holds at most {most} (MaxJobCount)"
-        cap = slurm.max_submit_jobs(self.params.account, self.params.qos)
+        cap = self._answer("cap", self._submit_cap)
         if cap is None:
             return None
         limit, where, scope = cap
@@ -338,7 +361,7 @@ class SlurmLauncher(BaseLauncher):
     def _check_against_cluster(self) -> List[str]:
         """Requests no node of the partition can meet, asked of the cluster itself (sinfo/scontrol)."""
         p = self.params
-        partitions = slurm.partitions()
+        partitions = self._answer("partitions", slurm.partitions)
         if partitions is None:
             return []  # no Slurm tools here, or scontrol did not answer: nothing to compare against
         name = p.partition or next((n for n, v in partitions.items() if v.default), None)
