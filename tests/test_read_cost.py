@@ -159,3 +159,43 @@ def test_reading_a_sweep_runs_no_cyclic_garbage_collection(tmp_path):
     assert len(frame) == 300 and gc.isenabled()
     # measured: 117 collections before (one full), 2 now: the youngest generation once each time it is on again
     assert len(collections) <= 2 and 2 not in collections, collections
+
+
+def test_the_status_table_costs_few_calls_a_row():
+    """status prints every row of a 10,000-run sweep: piped, a row is one format call (widths column by column,
+    no style list per row, the current directory asked once per table, not once a row)."""
+    import io
+    from pathlib import Path
+
+    from hpctrain.core.state import Direction, State
+    from hpctrain.review import fmt, status
+    from hpctrain.review.reader import Sweep
+    from hpctrain.review.runs import Run
+
+    def sweep(n):
+        rows = [Run(idx=i, name=f"{i}_lr={i}", values={"lr": f"0.00{i}"}, overrides=[f"lr=0.00{i}"],
+                    run_dir=Path(f"/s/{i}"), job_id=f"5_{i}", state=State.COMPLETED, step=10, max_steps=10,
+                    loss=0.5, elapsed_s=30.0, log=f"/s/.submitit/5_{i}_0_log.out") for i in range(n)]
+        return Sweep(dir=Path("/s"), launcher="slurm", runs=rows, swept=["lr"], objective_metric=None,
+                     direction=Direction.MIN)
+
+    small, large = sweep(50), sweep(250)
+    con = fmt.console(io.StringIO())
+    per_row = (_calls(lambda: status.print_table(large, con)) - _calls(lambda: status.print_table(small, con))) / 200
+    assert per_row <= 45, per_row  # measured: 36 calls a row; 71 before
+
+
+def test_reading_ones_own_log_asks_nothing_about_its_folder(tmp_path, monkeypatch):
+    """status reads a log per run it judges from its job's files (1,500 of 10,000 in the benchmark): a file of
+    the reader's own is taken without a stat of its folder, which only decides about another user's file."""
+    import os
+
+    from hpctrain.review import jobs
+
+    log = tmp_path / "1_0_log.err"
+    log.write_text("RuntimeError: boom\n")
+    stats = []
+    real = os.stat
+    monkeypatch.setattr(os, "stat", lambda *a, **k: stats.append(a[0]) or real(*a, **k))
+    assert jobs.tail(str(log)) == "RuntimeError: boom\n"
+    assert stats == []

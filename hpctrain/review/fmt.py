@@ -105,11 +105,12 @@ def bar(step: Optional[int], max_steps: Optional[int], width: int = 10, fancy: b
     return f"{step}/{max_steps} {fill * full}{empty * (width - full)} {frac * 100:3.0f}%"
 
 
-def short_path(path: Optional[str]) -> str:
-    """Relative to the current directory when under it (shorter to read and still copy-pasteable)."""
+def short_path(path: Optional[str], here: Optional[str] = None) -> str:
+    """Relative to the current directory (``here``, asked when not given: a table asks once, not per row)
+    when under it (shorter to read and still copy-pasteable)."""
     if not path:
         return "-"
-    here = os.getcwd() + os.sep
+    here = here or os.getcwd() + os.sep
     return path[len(here):] if path.startswith(here) else path
 
 
@@ -129,10 +130,7 @@ def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right
 
     if _fitted(con) and (droppable or squeeze is not None):
         headers, rows, styles, right, squeeze = _fit(con.width, headers, rows, styles, right, droppable, squeeze)
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
+    widths = [max(map(len, column)) for column in zip(headers, *rows)]  # column by column, in C: 10,000 rows
     last = len(headers) - 1
     room = None
     if _fitted(con):
@@ -151,7 +149,12 @@ def table(con: Any, headers: Sequence[str], rows: Sequence[Sequence[str]], right
 
     rule = ("─" if unicode_ok(con) else "-") * min(sum(widths) + 2 * last, con.width if _fitted(con) else 10**6)
     if not con.is_terminal or con.no_color:  # piped: plain lines, nothing for rich to do
-        lines = ["  ".join(cells(headers)).rstrip(), rule] + ["  ".join(cells(row)).rstrip() for row in rows]
+        if room is None:  # nothing to cut: one format call a row
+            template = "  ".join(f"{{:{'>' if i in right else '<'}{widths[i] if i < last or i in right else ''}}}"
+                                 for i in range(len(headers)))
+            lines = [template.format(*headers).rstrip(), rule] + [template.format(*row).rstrip() for row in rows]
+        else:
+            lines = ["  ".join(cells(headers)).rstrip(), rule] + ["  ".join(cells(row)).rstrip() for row in rows]
         con.file.write("\n".join(lines) + "\n")
         con.file.flush()
         return

@@ -4,10 +4,11 @@ Login-node code: rich and the run files only (no torch, no matplotlib, no Tensor
 """
 
 import json
+import os
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, List, Optional
 
 from rich.markup import escape
 
@@ -36,7 +37,10 @@ def print_table(sweep: reader.Sweep, con: Any) -> None:
     headers += ["elapsed", "restarts", "GPU-h", "log"]
     if staged:
         headers.insert(3, "unit")
-    rows, styles = [], []
+    rows: List[List[str]] = []
+    styles: List[List[Optional[str]]] = []
+    styled = con.is_terminal and not con.no_color  # piped, the table is plain lines: no style per cell to make
+    here = os.getcwd() + os.sep
     for r in sweep.runs:
         waiting = r.state is State.QUEUED and r.note and r.step is None  # Slurm's pending reason, as the tab shows it
         progress = f"({r.note})" if waiting else fmt.bar(r.step, r.max_steps, fancy=fancy)
@@ -46,12 +50,13 @@ def print_table(sweep: reader.Sweep, con: Any) -> None:
             row.insert(3, r.stage or "")
         row += [fmt.number(r.metrics.get(metric))] if metric else []
         rows.append(row + [fmt.duration(r.elapsed_s), str(r.restarts), costs.shown(r.cost),
-                           fmt.short_path(r.log)])
-        styles.append([None, None, fmt.STATE_STYLE.get(r.state)] + [None] * (len(headers) - 3))
+                           fmt.short_path(r.log, here)])
+        if styled:
+            styles.append([None, None, fmt.STATE_STYLE.get(r.state)] + [None] * (len(headers) - 3))
     n = len(headers)
     shift = 1 if staged else 0
     fmt.table(con, headers, rows, right=(0, 4 + shift, n - 4, n - 3, n - 2) + ((5 + shift,) if metric else ()),
-              styles=styles, droppable=(n - 3, n - 2, n - 4, n - 1), squeeze=1)  # restarts, GPU-h, elapsed, log
+              styles=styles if styled else None, droppable=(n - 3, n - 2, n - 4, n - 1), squeeze=1)  # restarts, GPU-h, elapsed, log
 
 
 def counts_line(sweep: Any) -> str:
