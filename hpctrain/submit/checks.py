@@ -55,6 +55,8 @@ def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[s
            "a number of seconds >= 0 (0: no hang watchdog; unset: derived from the step time)")
     for key in ("hang_first_step_s", "hang_eval_s", "hang_checkpoint_s"):
         expect(getattr(cfg, key) > 0, key, "a number of seconds > 0")
+    expect(cfg.hang_setup_s is None or cfg.hang_setup_s > 0, "hang_setup_s",
+           "a number of seconds > 0 (unset: hang_first_step_s)")
     expect(cfg.device in ("auto", "cpu", "cuda"), "device", "auto, cpu or cuda")
     expect(cfg.num_workers >= 0, "num_workers", "an integer >= 0")
     if cfg.batch_size > 0 and cfg.grad_accum >= 1 and cfg.batch_size % (world_size * cfg.grad_accum):
