@@ -252,6 +252,28 @@ def test_setup_has_its_own_allowance_by_default_the_first_steps(tmp_path):
         heart.close()
 
 
+def test_a_rank_whose_heartbeat_dir_its_watchdog_does_not_read_fails_loudly(tmp_path, monkeypatch):
+    """A heartbeat dir without the marker its node's watchdog starter writes (a task with a /dev/shm of its own):
+    the rank stops with one line saying so and what to do, and a retry would not help (deterministic)."""
+    from hpctrain.core.errors import deterministic
+
+    monkeypatch.setenv(heartbeat.DIR_ENV, str(tmp_path / "beats"))
+    heart = heartbeat.for_this_rank(1, 1)
+    try:
+        assert heartbeat.for_this_rank(1, 1) is heart  # the trainer goes on with the app's heartbeat
+        with pytest.raises(heartbeat.UnwatchedError, match=r"^rank 1: the hang watchdog of this node does not see ") \
+                as raised:
+            heart.check_watched()
+        assert "bind the host's /dev/shm" in str(raised.value) and "hang_timeout_s=0" in str(raised.value)
+        assert deterministic(f"Traceback ...\nhpctrain.job.heartbeat.UnwatchedError: {raised.value}")
+        heartbeat.mark_watched(tmp_path / "beats")
+        heart.check_watched()
+    finally:
+        heart.close()
+    assert heartbeat.for_this_rank(1, 1) is not heart  # closed: the next run of the process has its own
+    heartbeat.for_this_rank(1, 1).close()
+
+
 def test_hang_timeout_zero_turns_the_watchdog_off(tmp_path):
     assert watchdog.settings_of({"hang_timeout_s": 0}, tmp_path, tmp_path, "1") is None
     on = watchdog.settings_of({}, tmp_path, tmp_path, "1")
