@@ -171,4 +171,5 @@ def test_a_task_whose_dev_shm_is_its_own_fails_loudly_instead_of_training_unwatc
     state = events.read(run_dir)
     assert state.state is not None and state.state.value == "failed", (record_kinds(run_dir), proc.stderr[-2000:])
     assert "UnwatchedError: rank 1: the hang watchdog of this node does not see " in (state.error or ""), state.error
-    assert record_kinds(run_dir) == ["submitted", "started", "failed"], record_kinds(run_dir)
+    kinds = record_kinds(run_dir)  # rank 1's own error, and rank 0's fallout as its peer left
+    assert kinds[:3] == ["submitted", "started", "failed"] and set(kinds[3:]) <= {"failed"}, kinds
