@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from cli_helpers import hpctrain_env, run_hpctrain
+from cli_helpers import hpctrain_env, run_hpctrain, status_runs
 from hpctrain.slurm import query as slurm
 from slurm_helpers import cancel, job_id, metrics, queued, run_dirs, wait_for
 
@@ -19,10 +19,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 
 def status(sweep, cwd) -> list:
-    proc = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep), "--json"], cwd=cwd,
-                          env=hpctrain_env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode in (0, 1), proc.stderr
-    return json.loads(proc.stdout)["runs"]
+    return status_runs(sweep, cwd)
 
 
 def sacct_state(job: str) -> str:

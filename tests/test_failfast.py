@@ -38,6 +38,10 @@ CASES = [
     (["model._target_=nosuch_pkg.Net"], "model._target_='nosuch_pkg.Net': module 'nosuch_pkg' not found"),
     (["model._target_=hpctrain.train.models.mlp.Nope"], "module 'hpctrain.train.models.mlp' has no 'Nope'"),
     (["optim._target_=torch.optim.Adamm"], "optim._target_='torch.optim.Adamm': module 'torch.optim' has no 'Adamm'"),
+    # the built-in models' sizes
+    (["model.hidden=-3"], "model.hidden=-3: expected an integer >= 1"),
+    (["model=cnn", "data=images", "model.width=0"], "model.width=0: expected an integer >= 1"),
+    (["model=gpt", "data=tokens", "model.n_head=3"], "model.n_embd=128: expected a multiple of model.n_head=3"),
     # data
     (["data._target_=hpctrain.train.datasets.synthetic.nope"], "module 'hpctrain.train.datasets.synthetic' has no 'nope'"),
     (["data.train_size=16", "batch_size=64"], "batch_size=64: larger than data.train_size=16"),

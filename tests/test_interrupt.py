@@ -88,22 +88,36 @@ def kill_left(sweep_dir: Path) -> None:
             pass
 
 
-def test_ctrl_c_on_a_terminal_cancels_the_local_sweep_in_one_line_and_the_same_command_resumes_it(tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    term = PtyProcess([sys.executable, "-m", "hpctrain", *sweep_args(sweep_dir)], tmp_path, hpctrain_env())
+def ctrl_c_line(args: list, sweep_dir: Path, cwd: Path, wait_running) -> str:
+    """The one line a Ctrl-C on the terminal prints, once ``wait_running`` saw work under way; exit 130, no
+    traceback, no process of the sweep left."""
+    term = PtyProcess([sys.executable, "-m", "hpctrain", *args], cwd, hpctrain_env())
     try:
-        wait_two_running(sweep_dir, lambda: term.poll() is None)
+        wait_running(sweep_dir, lambda: term.poll() is None)
         mark = term.send(b"\x03")
         code = term.wait(120)
         after = term.text(mark)
         assert code == 130, (code, term.text())
         assert "Traceback" not in after and "KeyboardInterrupt" not in after, after
         lines = screen_lines(after)
-        assert len(lines) == 1 and "cancelling 3 run(s)" in lines[0] and "resumes them" in lines[0], after
+        assert len(lines) == 1, after
         assert not processes_mentioning(str(sweep_dir)), "a process of the interrupted sweep is still running"
+        return lines[0]
     finally:
         term.kill()
         kill_left(sweep_dir)
+
+
+def assert_resumed_where_stopped(at: dict) -> None:
+    for run_dir, step in at.items():
+        log = (run_dir / "hpctrain.log").read_text()
+        assert f"at step {step}" in log and "resumed from" in log, log[-2000:]
+
+
+def test_ctrl_c_on_a_terminal_cancels_the_local_sweep_in_one_line_and_the_same_command_resumes_it(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    line = ctrl_c_line(sweep_args(sweep_dir), sweep_dir, tmp_path, wait_two_running)
+    assert "cancelling 3 run(s)" in line and "resumes them" in line, line
     runs = status(sweep_dir)
     assert [r["state"] for r in runs] == ["cancelled"] * 3, runs
     started = [sweep_dir / Path(r["run_dir"]).name for r in runs if (r["step"] or 0) > 0]
@@ -114,9 +128,7 @@ def test_ctrl_c_on_a_terminal_cancels_the_local_sweep_in_one_line_and_the_same_c
     again = run_hpctrain(sweep_args(sweep_dir), cwd=tmp_path)  # the same command
     assert again.returncode == 0, again.stdout + again.stderr
     assert [r["state"] for r in status(sweep_dir)] == ["completed"] * 3
-    for run_dir, step in at.items():
-        log = (run_dir / "hpctrain.log").read_text()
-        assert f"at step {step}" in log and "resumed from" in log, log[-2000:]
+    assert_resumed_where_stopped(at)
 
 
 def test_sigterm_to_the_local_launcher_cancels_its_runs_and_exits_143(tmp_path):
@@ -222,20 +234,8 @@ def assert_interrupted_search_left_resumable(sweep_dir: Path) -> dict:
 
 def test_ctrl_c_on_a_local_search_cancels_its_trials_in_one_line_and_the_same_command_finishes_the_study(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    term = PtyProcess([sys.executable, "-m", "hpctrain", *search_args(sweep_dir)], tmp_path, hpctrain_env())
-    try:
-        wait_two_trials_running(sweep_dir, lambda: term.poll() is None)
-        mark = term.send(b"\x03")
-        code = term.wait(120)
-        after = term.text(mark)
-        assert code == 130, (code, term.text())
-        assert "Traceback" not in after and "KeyboardInterrupt" not in after, after
-        lines = screen_lines(after)
-        assert len(lines) == 1 and "Ctrl-C" in lines[0] and "resumes" in lines[0], after
-        assert not processes_mentioning(str(sweep_dir)), "a process of the interrupted search is still running"
-    finally:
-        term.kill()
-        kill_left(sweep_dir)
+    line = ctrl_c_line(search_args(sweep_dir), sweep_dir, tmp_path, wait_two_trials_running)
+    assert "Ctrl-C" in line and "resumes" in line, line
     at = assert_interrupted_search_left_resumable(sweep_dir)
 
     again = run_hpctrain(search_args(sweep_dir), cwd=tmp_path, timeout=600)  # the same command
@@ -246,9 +246,7 @@ def test_ctrl_c_on_a_local_search_cancels_its_trials_in_one_line_and_the_same_co
     found = study_trials(sweep_dir)
     assert sorted(t.number for t in found) == [0, 1, 2] and all(t.state.name == "COMPLETE" for t in found), found
     assert sorted(r["state"] for r in status(sweep_dir)) == ["completed"] * 3
-    for run_dir, step in at.items():
-        log = (run_dir / "hpctrain.log").read_text()
-        assert f"at step {step}" in log and "resumed from" in log, log[-2000:]
+    assert_resumed_where_stopped(at)
 
 
 def test_sigterm_to_a_local_search_cancels_its_trials_and_exits_143(tmp_path):

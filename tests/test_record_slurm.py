@@ -1,22 +1,17 @@
 """The run record against the real test cluster: a signal during the final save, a node that fails."""
 
-import json
 import subprocess
-import sys
 
 import pytest
 
-from cli_helpers import hpctrain_env, run_hpctrain
+from cli_helpers import run_hpctrain, status_runs
 from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 
 def status(sweep, cwd) -> list:
-    proc = subprocess.run([sys.executable, "-m", "hpctrain", "status", str(sweep), "--json"], cwd=cwd,
-                          env=hpctrain_env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode in (0, 1), proc.stderr
-    return json.loads(proc.stdout)["runs"]
+    return status_runs(sweep, cwd)
 
 
 def test_usr2_during_the_final_save_ends_completed_and_is_not_retrained(tmp_path):

@@ -10,9 +10,10 @@ the tasks are killed and the controller, whose tasks are gone, ends on its own. 
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from hpctrain.core import liveness
 from hpctrain.core.liveness import Liveness
@@ -125,6 +126,18 @@ def stop_process(pid: str, needle: str, first_wait_s: float = GRACE_S) -> bool:
         if wait_gone(pid, needle, wait_s):
             return True
     return not alive(pid, needle)
+
+
+def end_child(proc: "Optional[subprocess.Popen[Any]]", grace_s: float = GRACE_S) -> None:
+    """A child this process started: SIGTERM, then SIGKILL after ``grace_s``; reaped either way."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def stop_controller(pid: str) -> bool:

@@ -27,12 +27,16 @@ import hashlib
 import mmap
 import os
 import signal
+import stat
 import struct
+import sys
 import tempfile
 import threading
 from enum import IntEnum
 from pathlib import Path
 from typing import IO, Any, List, MutableSequence, NamedTuple, Optional, cast
+
+from hpctrain.core import safefs
 
 DIR_ENV = "HPCTRAIN_HEARTBEAT_DIR"
 DUMP_SIGNAL = signal.SIGRTMIN + 5  # faulthandler's: every thread's stack into the rank's .stack file
@@ -97,7 +101,9 @@ class Heart:
     """This rank's heartbeat: ``slots[STEP] = step`` is the whole per-step cost."""
 
     def __init__(self, directory: Path, rank: int, local_rank: int) -> None:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # /dev/shm is every user's: a dir planted there by another (or a link) is refused, never written into
+        safefs.own_dir(directory.parent, 0o700)
+        safefs.own_dir(directory, 0o700)
         self.path = directory / f"rank{rank}-{os.getpid()}.beat"
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
@@ -110,7 +116,8 @@ class Heart:
         for slot, value in ((PHASE, Phase.SETUP), (STEP, -1), (PID, os.getpid()), (THREAD, ident), (RANK, rank),
                             (LOCAL_RANK, local_rank)):
             self.slots[slot] = int(value)
-        self._stack: Optional[IO[Any]] = open(self.path.with_suffix(".stack"), "w")
+        stack = os.open(self.path.with_suffix(".stack"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | safefs.NOFOLLOW, 0o600)
+        self._stack: Optional[IO[Any]] = os.fdopen(stack, "w")
         faulthandler.register(DUMP_SIGNAL, file=self._stack, all_threads=True, chain=False)
         self._previous: Any = None
         if threading.current_thread() is threading.main_thread():
@@ -163,9 +170,13 @@ _open: Optional[Heart] = None  # this process's heartbeat from the app's start t
 
 
 def mark_watched(directory: Path) -> None:
-    """Said by whoever starts the node's watchdog, before the node's ranks start (:meth:`Heart.check_watched`)."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (directory / WATCHED).write_text(f"{os.getpid()}\n")
+    """Said by whoever starts the node's watchdog, before the node's ranks start (:meth:`Heart.check_watched`);
+    a dir planted by another user is refused (:class:`safefs.UnsafeFile`), as the ranks refuse it."""
+    safefs.own_dir(directory.parent, 0o700)
+    safefs.own_dir(directory, 0o700)
+    fd = os.open(directory / WATCHED, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | safefs.NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()}\n")
 
 
 def for_this_rank(rank: int, local_rank: int) -> "Heart | NoHeart":
@@ -180,6 +191,10 @@ def for_this_rank(rank: int, local_rank: int) -> "Heart | NoHeart":
         return _open
     try:
         _open = Heart(Path(where), rank, local_rank)
+    except safefs.UnsafeFile as exc:  # said: hang detection is off for this attempt, and why
+        print(f"hpctrain: rank {rank}: no heartbeat, the hang watchdog cannot see this rank: {exc}",
+              file=sys.stderr, flush=True)
+        return NoHeart()
     except OSError:
         return NoHeart()
     return _open
@@ -201,7 +216,23 @@ def read(path: Path) -> Optional[Beat]:
         return None
 
 
+def trusted(directory: Path) -> bool:
+    """A heartbeat dir of this user's, in a dir of this user's, that nobody else can write: the pids in its
+    files are signalled."""
+    for where in (directory, directory.parent):
+        try:
+            st = os.lstat(where)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return False
+    return True
+
+
 def beats(directory: Path) -> List[Path]:
+    """The ranks' heartbeat files; none from a dir another user could have planted or written."""
+    if not trusted(directory):
+        return []
     try:
         return sorted(p for p in directory.iterdir() if p.suffix == ".beat")
     except OSError:

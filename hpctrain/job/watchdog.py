@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from hpctrain.core import paths as runfiles
+from hpctrain.core import safefs, stopping
+from hpctrain.core.atomic import write_text_atomic
 from hpctrain.job import heartbeat
 from hpctrain.job.heartbeat import Beat, Phase
 
@@ -98,20 +100,16 @@ def start(settings: WatchSettings) -> "subprocess.Popen[bytes]":
     """The watchdog process for this node's ranks of the run (its own session: a signal to the step's
     process group, a Ctrl-C, does not reach it before it is done). Called before the node's ranks start: the
     dir's marker tells each rank that it is watched (:meth:`heartbeat.Heart.check_watched`)."""
-    heartbeat.mark_watched(Path(settings.directory))
+    try:
+        heartbeat.mark_watched(Path(settings.directory))
+    except OSError as exc:  # the ranks refuse the same dir and say so; one without the marker stops (UnwatchedError)
+        print(f"hpctrain: the hang watchdog's dir cannot be used: {exc}", file=sys.stderr, flush=True)
     return subprocess.Popen([sys.executable, "-m", "hpctrain.job.watchdog", settings.to_json()],
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 def stop(proc: "Optional[subprocess.Popen[bytes]]") -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stopping.end_child(proc, grace_s=5)
 
 
 # ---------------------------------------------------------------- watching
@@ -294,9 +292,9 @@ class Watchdog:
                     f"{w.beat.phase.name.lower()}: Python stacks (faulthandler, most recent call first)\n{text}"
                     + (f"\n# py-spy dump --native\n{native}" if native else ""))
             try:
-                target.mkdir(parents=True, exist_ok=True)
+                safefs.own_dir(target)  # a run dir in a group project space: no planted link followed
                 path = target / f"{tag}-rank{w.beat.rank}.txt"
-                path.write_text(body)
+                write_text_atomic(path, body)
                 self.copied.append(path)
             except OSError as exc:
                 print(f"hpctrain: cannot write the stack of rank {w.beat.rank}: {exc}", file=sys.stderr, flush=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 from urllib.parse import quote
 
-from hpctrain.core import summary
+from hpctrain.core import stopping, summary
 from hpctrain.core.paths import RunPaths, SweepPaths
 from hpctrain.review import fmt
 from hpctrain.review.sweep import SweepListing, load_sweep
@@ -104,16 +104,6 @@ def login_host() -> str:
     """This machine's name as users reach it by ssh (the FQDN unless it is only localhost)."""
     fqdn = socket.getfqdn()
     return socket.gethostname() if not fqdn or fqdn.startswith("localhost") else fqdn
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -205,6 +195,6 @@ def run(sweep_dir: Path, port: Optional[int] = None, host: str = "127.0.0.1", to
         return proc.wait()
     finally:
         os.close(ready)
-        _stop(proc)
+        stopping.end_child(proc, grace_s=10)
         if not str(links).startswith(str(sweep.dir)):
             shutil.rmtree(links, ignore_errors=True)

@@ -85,11 +85,31 @@ def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[s
         if error:
             problems.append(f"{group}._target_={target!r}: {error}")
     assert plain is not None  # (resolved above)
+    problems += _model_size_problems(plain)
     problems += _metrics_problems(plain)
     try:
         read_schedule(plain.get("schedule"), (plain.get("optim") or {}).keys())
     except (ValueError, TypeError) as exc:
         problems.append(str(exc))
+    return problems
+
+
+# the built-in models' size keys and their least values (a user's own model is its own judge)
+MODEL_SIZES = {
+    "hpctrain.train.models.mlp.MLP": {"hidden": 1, "depth": 0},
+    "hpctrain.train.models.cnn.CNN": {"width": 1},
+    "hpctrain.train.models.gpt.GPT": {"n_layer": 1, "n_head": 1, "n_embd": 1, "vocab_pad_to": 1},
+}
+
+
+def _model_size_problems(plain: Mapping[str, Any]) -> List[str]:
+    model = plain.get("model") or {}
+    least = MODEL_SIZES.get(str(model.get("_target_")), {})
+    problems = [f"model.{key}={model[key]}: expected an integer >= {low}"
+                for key, low in least.items() if isinstance(model.get(key), int) and model[key] < low]
+    heads, width = model.get("n_head"), model.get("n_embd")
+    if "n_head" in least and not problems and isinstance(heads, int) and isinstance(width, int) and width % heads:
+        problems.append(f"model.n_embd={width}: expected a multiple of model.n_head={heads}")
     return problems
 
 

@@ -1,5 +1,6 @@
 """Run hpctrain as a user does (a subprocess) and read what it wrote: shared by the tests."""
 
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,13 @@ def run_hpctrain(args: List[str], cwd: Path, env: Optional[dict] = None, timeout
     if check and proc.returncode != 0:
         raise AssertionError(f"hpctrain {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def status_runs(sweep: Path, cwd: Path) -> list:
+    """``status --json``'s rows (exit 0, or 1 when a run failed)."""
+    proc = run_hpctrain(["status", str(sweep), "--json"], cwd=cwd, timeout=120, check=False)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)["runs"]
 
 
 def skipped(stdout: str) -> str:
