@@ -49,6 +49,7 @@ KEYS = {
     "ckpt_every": "steps between checkpoints; 0: at the end (and on preemption) only (100)",
     "max_nonfinite": "log steps in a row a NaN/Inf loss may last before the run fails (0)",
     "hang_timeout_s": "seconds without a step before a run is called hung; 0: off (max(300, 10x the step time))",
+    "hang_setup_s": "allowance for the setup: process group, model, data, checkpoint load (hang_first_step_s)",
     "hang_first_step_s": "allowance for the first steps, a compile included (1800)",
     "hang_eval_s": "allowance for one evaluation (1800)",
     "hang_checkpoint_s": "allowance for one checkpoint save (900)",

@@ -46,15 +46,19 @@ def train(cfg: DictConfig) -> float:
     for warning in unread_keys(cfg) if owner is None else ():  # run mode: said here (the launcher said it)
         log.warning(warning)
 
+    from hpctrain.job import direct, heartbeat
     from hpctrain.job.preemption import PreemptionGuard
     from hpctrain.search import bridge
-    from hpctrain.train.distributed import init_distributed, teardown
+    from hpctrain.train.distributed import init_distributed, ranks, teardown
     from hpctrain.train.trainer import Trainer
 
     info, failed = None, True
     own: Optional[lifecycle.Lifecycle] = None
+    dog = direct.begin(cfg, run_dir) if owner is None else None  # run mode: watched all the same
+    heart = heartbeat.for_this_rank(*ranks())  # from here on (setup) the watchdog sees this rank
     try:
         info = init_distributed(cfg.device)  # inside: a GPU job without CUDA is recorded failed too
+        heart.check_watched()  # every rank of the node has started by now, its watchdog's starter first
         if owner is None:  # run mode (python -m hpctrain, torchrun): this run's life is the app's own
             own = lifecycle.Lifecycle(run_dir, rank=info.rank)
             own.begin()
@@ -74,6 +78,8 @@ def train(cfg: DictConfig) -> float:
             mine.end(lifecycle.Outcome.FAILED, error=lifecycle.error_tail(exc))
         raise
     finally:
+        heart.close()
+        direct.end(dog)
         teardown(failed)  # after a failure: abort, never wait on ranks that may be gone
 
 

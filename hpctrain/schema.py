@@ -186,7 +186,9 @@ class TrainConfig:
     # hang watchdog (hpctrain.job.watchdog): seconds a rank may go without a step before the attempt is ended
     # `hung` and retried. None: max(300 s, 10 x the longest wait between steps after warm-up); 0: no watchdog
     hang_timeout_s: Optional[float] = None
-    hang_first_step_s: float = 1800.0  # building the model and data, the first steps (a compile)
+    # joining the process group, building the model and data, loading the checkpoint. None: hang_first_step_s
+    hang_setup_s: Optional[float] = None
+    hang_first_step_s: float = 1800.0  # the first steps (a compile)
     hang_eval_s: float = 1800.0  # one evaluation
     hang_checkpoint_s: float = 900.0  # one checkpoint save
     # stragglers (hpctrain.job.straggler): a rank whose own work per step is >= straggler_factor x the other

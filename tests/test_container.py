@@ -461,7 +461,7 @@ def test_sweep_runs_every_task_through_apptainer_exec_with_binds_intact(slurm_cl
         assert argv[0] == "exec"
         assert "--nv" not in argv, "no GPUs asked for: no --nv"
         # every odd path arrived as ONE argument, unchanged
-        assert _binds(argv) == [str(sweep), str(project), str(extra)]
+        assert _binds(argv) == [str(sweep), str(project), "/dev/shm", str(extra)]  # the node's, for every task
         assert argv[argv.index(str(image)) + 1] == "python"
         assert call["cwd"] == str(project)
         # any other path argument (the teardown's runs file) is whole too, not split at the space
@@ -495,7 +495,7 @@ def test_gpu_sweep_passes_nv(slurm_cluster, tmp_path, fake_bin, image):
     for call in tasks + others:
         argv = call["argv"]
         assert argv[:2] == ["exec", "--nv"]
-        assert _binds(argv) == [str(sweep), str(tmp_path)] and str(image) in argv
+        assert _binds(argv) == [str(sweep), str(tmp_path), "/dev/shm"] and str(image) in argv
     assert tasks[0]["env"].get("CUDA_VISIBLE_DEVICES") == "0"  # Slurm gave the task one (fake) GPU
     (run_dir,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert json.loads((run_dir / "metrics.json").read_text())["status"] == "completed"
@@ -525,5 +525,5 @@ def test_submitit_folder_outside_the_sweep_dir_is_bound(tmp_path):
                          f"hydra.launcher.container.image={image}", f"hydra.launcher.submitit_folder={folder}",
                          f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
     srun = next(line for line in proc.stdout.splitlines() if line.startswith("srun "))
-    assert f"--bind {tmp_path / 'sweep'} --bind {tmp_path} --bind {folder} {image} python" in srun
+    assert f"--bind {tmp_path / 'sweep'} --bind {tmp_path} --bind {folder} --bind /dev/shm {image} python" in srun
     assert not folder.exists()  # a dry run creates nothing

@@ -12,12 +12,13 @@ command again (bare: tests/test_search.py's SIGKILLed worker).
 
 import json
 import subprocess
+import sys
 
 import pytest
 
 from cli_helpers import run_hpctrain
-from isolation import mode_for, ran_contained
-from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, wait_for
+from isolation import mode_for, ran_as, ran_contained, task_calls
+from slurm_helpers import cancel, job_id, metrics, queued, record_kinds, run_dirs, wait_for
 from test_search import TINY, _stale_trials, owner_step, run_dir_of, running_trial, search, trial_dirs, trials
 from time_limit import matches_uninterrupted, requeue_args, requeued_to_completion
 
@@ -103,3 +104,72 @@ def test_a_search_worker_scancelled_mid_trial_then_the_same_command_again_comple
         assert ran_contained(tmp_path)
     finally:
         cancel(job)
+
+
+# 2 ranks on one node; rank 1 blocks forever at step 30 on the first attempt only (tests/test_hang.py's task)
+HANG = ["max_steps=60", "ckpt_every=20", "log_every=10", "eval_every=0", "model._target_=user_models.HangsOnce",
+        "hang_timeout_s=5", "hydra/launcher=slurm", "hydra.launcher.tasks_per_node=2", "hydra.launcher.max_retries=1",
+        "hydra.launcher.wait=true"]
+
+
+def test_a_rank_that_hangs_in_the_contained_image_is_called_hung_dumped_and_retried(tmp_path):
+    """With --contain each `apptainer exec` has a /dev/shm of its own (apptainer/apptainer#3001; bwrap's minimal
+    /dev in the stand-in): hpctrain binds the node's into every task, so the watchdog in rank 0's container reads
+    rank 1's heartbeat and asks it for its stack. Rank 1 blocking is called hung (rank 1 named, both ranks'
+    stacks), retried, and the retry completes."""
+    from hpctrain.core import events
+    from hpctrain.core.state import EventKind, State
+
+    mode = mode_for("contain", tmp_path)
+    sweep, marker = tmp_path / "sweep", tmp_path / "hung-once"
+    run_hpctrain(["-m", *HANG, "+model.hang_at=30", f"+model.marker={marker}", f"hydra.sweep.dir={sweep}",
+                  *mode.args], cwd=tmp_path, env=mode.env, timeout=500)
+    (run_dir,) = run_dirs(sweep)
+    assert marker.exists() and ran_as(tmp_path, mode)
+    hung = [e.data() for e in events.events(run_dir) if e.kind is EventKind.HUNG]
+    assert hung and hung[0]["ranks"] == [1] and "block_forever" in hung[0]["frame"], hung
+    stacks = {p.name: p.read_text() for p in (run_dir / "stacks").glob("*.txt")}
+    assert sorted(n.rsplit("-", 1)[-1] for n in stacks) == ["rank0.txt", "rank1.txt"], stacks.keys()
+    assert "in block_forever" in next(t for n, t in stacks.items() if n.endswith("rank1.txt"))
+    kinds = record_kinds(run_dir)
+    assert kinds.count("started") == 2 and kinds.count("retrying") == 1 and kinds[-1] == "completed", kinds
+    assert events.read(run_dir).state is State.COMPLETED
+
+
+DROP_SHM_BIND = """#!{python}
+# the container runtime of a site whose tasks cannot share the node's /dev/shm: hpctrain's bind of it dropped
+import os, sys
+argv, out = sys.argv[1:], []
+while argv:
+    if argv[:2] == ["--bind", "/dev/shm"]:
+        argv = argv[2:]
+        continue
+    out.append(argv.pop(0))
+os.execv({standin!r}, [{standin!r}, *out])
+"""
+
+
+def test_a_task_whose_dev_shm_is_its_own_fails_loudly_instead_of_training_unwatched(tmp_path):
+    """The same contained 2-rank run where the tasks cannot share /dev/shm (the bind dropped by a wrapper): the rank
+    the watchdog cannot see ends the run `failed` with one line naming the cause and the fix, not retried; it
+    never trains on with hang detection silently off for it."""
+    from container_helpers import STANDIN
+
+    from hpctrain.core import events
+
+    bin_dir = tmp_path / "container" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "apptainer").write_text(DROP_SHM_BIND.format(python=sys.executable, standin=str(STANDIN)))
+    (bin_dir / "apptainer").chmod(0o755)
+    mode = mode_for("contain", tmp_path)
+    sweep = tmp_path / "sweep"
+    proc = run_hpctrain(["-m", *HANG, "+model.hang_at=-1", f"hydra.sweep.dir={sweep}", *mode.args], cwd=tmp_path,
+                        env=mode.env, timeout=500, check=False)
+    (run_dir,) = run_dirs(sweep)
+    assert ran_as(tmp_path, mode)
+    assert all("/dev/shm" not in call for call in task_calls(tmp_path)), task_calls(tmp_path)
+    state = events.read(run_dir)
+    assert state.state is not None and state.state.value == "failed", (record_kinds(run_dir), proc.stderr[-2000:])
+    assert "UnwatchedError: rank 1: the hang watchdog of this node does not see " in (state.error or ""), state.error
+    kinds = record_kinds(run_dir)  # rank 1's own error, and rank 0's fallout as its peer left
+    assert kinds[:3] == ["submitted", "started", "failed"] and set(kinds[3:]) <= {"failed"}, kinds

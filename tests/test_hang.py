@@ -2,13 +2,15 @@
 (issue 30): the watchdog process, the heartbeats, the allowances, the record."""
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from cli_helpers import run_hpctrain
+from cli_helpers import hpctrain_env, run_hpctrain
 from hpctrain.core import events
 from hpctrain.core.state import EventKind, State
 from hpctrain.job import heartbeat, watchdog
@@ -97,6 +99,92 @@ def test_a_long_first_step_and_eval_are_not_a_hang_but_a_stall_in_training_is(tm
     assert [(f["idx"], f["state"], f["error"]) for f in shown_in_tab["failed"]] == [(1, "hung", line)]
 
 
+def test_a_rank_stuck_in_setup_is_ended_dumped_and_retried_on_local(tmp_path):
+    """Rank 1 of 2 blocks forever in its model's constructor (before the Trainer exists, while rank 0 waits for
+    it in DDP's first collective) on its first attempt: called hung in the setup phase within hang_setup_s
+    (20 s: imports on a loaded machine take seconds, and nothing in setup marks progress), both ranks' stacks dumped (rank 1's names the blocking frame), retried, and the retry completes."""
+    sweep, marker = tmp_path / "sweep", tmp_path / "blocked-once"
+    started = time.time()
+    run_hpctrain(["-m", "max_steps=20", "log_every=10", "eval_every=0", "model._target_=user_models.BlocksInInit",
+                  f"+model.marker={marker}", "hang_setup_s=20", "hydra/launcher=local",
+                  "hydra.launcher.tasks_per_node=2", "hydra.launcher.max_retries=1", f"hydra.sweep.dir={sweep}"],
+                 cwd=tmp_path, timeout=300)
+    (run_dir,) = run_dirs(sweep)
+    assert marker.exists()
+    hung = [e for e in events.events(run_dir) if e.kind is EventKind.HUNG]
+    assert hung, record_kinds(run_dir)
+    detail = hung[0].data()
+    assert hung[0].time_ns / 1e9 - marker.stat().st_mtime < 20 + 30, detail
+    assert detail["phase"] == "setup" and detail["ranks"] == [1] and "block_forever" in detail["frame"], detail
+    assert detail["error"].startswith("hung in setup, before training: no progress for "), detail
+    assert "(allowance 20 s); rank 1 on" in detail["error"], detail
+    stacks = stacks_of(run_dir)
+    assert sorted(n.rsplit("-", 1)[-1] for n in stacks) == ["rank0.txt", "rank1.txt"], stacks.keys()
+    rank1 = next(t for n, t in stacks.items() if n.endswith("rank1.txt"))
+    assert "in block_forever" in rank1 and "in __init__" in rank1 and "phase setup" in rank1, rank1
+    kinds = record_kinds(run_dir)
+    assert kinds.count("started") == 2 and kinds.count("retrying") == 1 and kinds[-1] == "completed", kinds
+    assert events.read(run_dir).state is State.COMPLETED
+    assert time.time() - started < 240
+
+
+def test_hang_setup_s_is_checked_on_the_login_node(tmp_path):
+    for value in ("0", "-3"):
+        proc = run_hpctrain(["-m", "max_steps=5", f"hang_setup_s={value}", "hydra/launcher=local",
+                             f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, check=False, timeout=120)
+        assert proc.returncode != 0
+        assert "hang_setup_s" in proc.stderr and "a number of seconds > 0 (unset: hang_first_step_s)" in proc.stderr, \
+            proc.stderr[-2000:]
+        assert not (tmp_path / "sweep").exists()
+    shown = run_hpctrain(["--help"], cwd=tmp_path).stdout
+    assert "hang_setup_s" in shown
+
+
+def _direct_hang(proc: "subprocess.CompletedProcess[str]", run_dir: Path, rank: int) -> str:
+    """What a run without a launcher left after its hang: a non-zero exit, the record `hung`, the stacks, and
+    the one line on stderr (returned)."""
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    state = events.read(run_dir)
+    assert state.state is State.HUNG, record_kinds(run_dir)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hpctrain: hung")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    (line,) = lines
+    assert line.startswith("hpctrain: hung at step 30 (train): no progress for "), line
+    assert f"rank {rank} on " in line and " in block_forever (user_models.py:" in line, line
+    assert line.endswith(f"; stacks in {run_dir.absolute() / 'stacks'}/"), line
+    stacks = stacks_of(run_dir)
+    mine = [t for n, t in stacks.items() if n.endswith(f"rank{rank}.txt")]
+    assert mine and "in block_forever" in mine[0], stacks.keys()
+    return line
+
+
+def test_a_plain_run_without_a_launcher_that_hangs_is_ended_with_its_stacks(tmp_path):
+    """`python -m hpctrain` in run mode (one process, nothing to retry it): a hang at step 30 ends the command
+    non-zero within minutes, the record `hung`, the stack in the run dir, one line on stderr saying where."""
+    run_dir = tmp_path / "run"
+    started = time.time()
+    proc = run_hpctrain([*TASK, "+model.hang_at=30", "+model.hang_rank=0", f"+model.marker={tmp_path / 'once'}",
+                         "hang_timeout_s=5", f"hydra.run.dir={run_dir}"], cwd=tmp_path, timeout=180, check=False)
+    _direct_hang(proc, run_dir, 0)
+    assert time.time() - started < 150
+
+
+def test_a_torchrun_run_that_hangs_is_ended_with_both_ranks_stacks(tmp_path):
+    """torchrun, 2 ranks over gloo, no launcher: rank 1 blocks at step 30; the watchdog local rank 0 started
+    ends both (torchrun exits non-zero), records `hung` naming rank 1, dumps both ranks' stacks."""
+
+    run_dir = tmp_path / "run"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "hpctrain", *TASK,
+                           "+model.hang_at=30", f"+model.marker={tmp_path / 'once'}", "hang_timeout_s=5",
+                           f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=hpctrain_env(), capture_output=True,
+                          text=True, timeout=240)
+    _direct_hang(proc, run_dir, 1)
+    detail = next(e.data() for e in events.events(run_dir) if e.kind is EventKind.HUNG)
+    assert detail["ranks"] == [1], detail
+    assert sorted(n.rsplit("-", 1)[-1] for n in stacks_of(run_dir)) == ["rank0.txt", "rank1.txt"]
+
+
 # ---------------------------------------------------------------- the watchdog's allowances, without processes
 def beat_file(directory: Path, rank: int) -> heartbeat.Heart:
     return heartbeat.Heart(directory, rank, rank)
@@ -146,6 +234,44 @@ def test_a_resumed_run_warms_up_again_under_the_first_step_allowance(tmp_path):
         assert len(dog.look(125.0 + 6)) == 1  # past warm-up: 5 s
     finally:
         heart.close()
+
+
+def test_setup_has_its_own_allowance_by_default_the_first_steps(tmp_path):
+    """A rank's heartbeat starts in setup (before the process group, the model and the data): hung after
+    hang_setup_s there, which is hang_first_step_s when unset."""
+    heart = beat_file(tmp_path, 0)
+    try:
+        assert heartbeat.read(heart.path).phase is Phase.SETUP
+        default = watchdog.settings_of({"hang_first_step_s": 40}, tmp_path, tmp_path, "1")
+        assert default is not None and default.setup_allowance == 40
+        own = watchdog.settings_of({"hang_setup_s": 7, "hang_timeout_s": 100}, tmp_path, tmp_path, "1")
+        assert own is not None and own.setup_allowance == 7
+        dog = watchdog.Watchdog(own)
+        assert dog.look(0.0) == [] and dog.look(6.5) == [] and len(dog.look(7.5)) == 1
+    finally:
+        heart.close()
+
+
+def test_a_rank_whose_heartbeat_dir_its_watchdog_does_not_read_fails_loudly(tmp_path, monkeypatch):
+    """A heartbeat dir without the marker its node's watchdog starter writes (a task with a /dev/shm of its own):
+    the rank stops with one line saying so and what to do, and a retry would not help (deterministic)."""
+    from hpctrain.core.errors import deterministic
+
+    monkeypatch.setenv(heartbeat.DIR_ENV, str(tmp_path / "beats"))
+    heart = heartbeat.for_this_rank(1, 1)
+    try:
+        assert heartbeat.for_this_rank(1, 1) is heart  # the trainer goes on with the app's heartbeat
+        with pytest.raises(heartbeat.UnwatchedError, match=r"^rank 1: the hang watchdog of this node does not see ") \
+                as raised:
+            heart.check_watched()
+        assert "bind the host's /dev/shm" in str(raised.value) and "hang_timeout_s=0" in str(raised.value)
+        assert deterministic(f"Traceback ...\nhpctrain.job.heartbeat.UnwatchedError: {raised.value}")
+        heartbeat.mark_watched(tmp_path / "beats")
+        heart.check_watched()
+    finally:
+        heart.close()
+    assert heartbeat.for_this_rank(1, 1) is not heart  # closed: the next run of the process has its own
+    heartbeat.for_this_rank(1, 1).close()
 
 
 def test_hang_timeout_zero_turns_the_watchdog_off(tmp_path):

@@ -110,7 +110,7 @@ def test_dry_run_script_makes_sense_and_slurm_accepts_it(dry_run):
     assert argv[1:i] == ["--unbuffered", "--output", f"{folder}/%A_%a_%t_log.out", "--error",
                          f"{folder}/%A_%a_%t_log.err", "--kill-on-bad-exit=1", "--cpus-per-task=1"]
     binds = [argv[j + 1] for j in range(i, len(argv)) if argv[j] == "--bind"]
-    assert binds == [str((tmp_path / "sweep").resolve()), str(tmp_path.resolve())]
+    assert binds == [str((tmp_path / "sweep").resolve()), str(tmp_path.resolve()), "/dev/shm"]
     image_at = argv.index(str(tmp_path / "hpctrain.sif"))
     assert argv[image_at + 1:] == ["python", "-u", "-m", "submitit.core._submit", str(tmp_path / "sweep" / ".submitit")]
     assert runs.startswith("4 to submit") and "dry run: nothing submitted" in runs

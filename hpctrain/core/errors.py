@@ -74,6 +74,9 @@ _SHAPE = re.compile(r"shapes cannot be multiplied|size mismatch|must match the s
 # what the machine did: retried whatever the exception's class
 _TRANSIENT = re.compile(r"out of memory|OutOfMemoryError|CUDA error|NCCL|ECC|Connection (reset|refused|closed)|"
                         r"Broken pipe|Socket timed out|node failure|killed|Timeout", re.IGNORECASE)
+# a rank's /dev/shm is not its node's watchdog's (a container setting): the same next time, though its line names
+# hang_timeout_s (which _TRANSIENT's "timeout" would take for the machine's)
+_UNWATCHED = re.compile(r"\bUnwatchedError: ")
 _LAST = re.compile(r"^(?:[\w.]+\.)?(?P<name>[A-Z]\w*(?:Error|Exception|Value))(?::|$)")
 
 
@@ -83,6 +86,8 @@ def deterministic(error: Optional[str]) -> bool:
         return False  # died without a word: the machine's doing until shown otherwise
     if _FULL.search(error):
         return True  # a full disk: a retry seconds later finds it as full (docs/decisions.md)
+    if _UNWATCHED.search(error):
+        return True
     if _TRANSIENT.search(error):
         return False
     for line in reversed([ln.strip() for ln in error.splitlines() if ln.strip()]):

@@ -2,7 +2,7 @@
 
 A rank maps a small file in ``/dev/shm`` (a tmpfs: memory, never the shared file system) and the trainer
 stores its step there once a step (one memoryview item store: no system call, no clock, no collective);
-the phase (first step, train, eval, checkpoint, done) is stored only when it changes. The watchdog
+the phase (setup, train, eval, checkpoint, done) is stored only when it changes. The watchdog
 (:mod:`hpctrain.job.watchdog`), a process of its own, reads the files with its own clock: a training
 process stuck in a C call that holds the GIL cannot keep it from reading, nor from asking for the stacks.
 
@@ -11,8 +11,15 @@ sends it; USR2 is submitit's preemption signal, USR1 other frameworks'): its C h
 thread's Python stack into the rank's ``.stack`` file beside the heartbeat, even while the main thread
 holds the GIL. The watchdog copies those files into the run dir only when a hang is called.
 
-Where: :data:`DIR_ENV`, set by the job wrapper for its run's attempt (one dir per run, job and restart).
-Without it (the app run directly) there is no heartbeat and no watchdog. No torch here.
+The heartbeat begins with the app (:mod:`hpctrain.app`), before the process group, the model, the data and
+the checkpoint load (the setup phase), so a rank stuck there is watched too; the trainer goes on with the same
+one (:func:`for_this_rank` answers the process's open heartbeat).
+
+Where: :data:`DIR_ENV`, set by the job wrapper for its run's attempt (one dir per run, job and restart), or by
+the app itself when run directly (:mod:`hpctrain.job.direct`). Whoever starts the node's watchdog first writes
+:data:`WATCHED` into that dir; a rank that does not find it there once its process group exists (a container
+giving each task its own ``/dev/shm``) fails loudly (:class:`UnwatchedError`) rather than train unwatched.
+No torch here.
 """
 
 import faulthandler
@@ -40,10 +47,13 @@ _FORMAT = f"{SLOTS}q"
 SIZE = struct.calcsize(_FORMAT)
 
 
+WATCHED = "watched"  # the marker the watchdog's starter writes in the dir before any rank of the node starts
+
+
 class Phase(IntEnum):
     """What a rank is doing; each has its own allowance (:mod:`hpctrain.job.watchdog`)."""
 
-    STARTING = 0  # building the model and data, the first step (a compile)
+    SETUP = 0  # the process group, the model and data, the checkpoint load: before the loop's first step
     TRAIN = 1
     EVAL = 2
     CHECKPOINT = 3
@@ -53,6 +63,10 @@ class Phase(IntEnum):
 class HangInterrupt(RuntimeError):
     """Raised in a rank's main thread when the watchdog called its run hung and its owner (a search worker)
     lives on after the trial: the trial ends, the process does not."""
+
+
+class UnwatchedError(RuntimeError):
+    """This rank's heartbeat dir is not the one its node's watchdog reads: hang detection would be off for it."""
 
 
 def _interrupted(signum: int, frame: Any) -> None:
@@ -99,7 +113,7 @@ class Heart:
             os.close(fd)
         self.slots = cast(MutableSequence[int], memoryview(self._map).cast("q"))
         ident = threading.main_thread().ident or 0
-        for slot, value in ((PHASE, Phase.STARTING), (STEP, -1), (PID, os.getpid()), (THREAD, ident), (RANK, rank),
+        for slot, value in ((PHASE, Phase.SETUP), (STEP, -1), (PID, os.getpid()), (THREAD, ident), (RANK, rank),
                             (LOCAL_RANK, local_rank)):
             self.slots[slot] = int(value)
         stack = os.open(self.path.with_suffix(".stack"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | safefs.NOFOLLOW, 0o600)
@@ -112,8 +126,21 @@ class Heart:
     def phase(self, phase: Phase) -> None:
         self.slots[PHASE] = int(phase)
 
+    def check_watched(self) -> None:
+        """Once the process group exists (every rank's starter has run by then): the node's watchdog reads this
+        dir, or :class:`UnwatchedError`."""
+        directory = self.path.parent
+        if not (directory / WATCHED).exists():
+            raise UnwatchedError(
+                f"rank {self.slots[RANK]}: the hang watchdog of this node does not see {directory} (this task has a "
+                f"/dev/shm of its own, as a container with --contain or `mount dev = minimal` gives each task): "
+                f"bind the host's /dev/shm into the container, or set hang_timeout_s=0 to run without the watchdog")
+
     def close(self) -> None:
         """The loop ended (the process may yet run the end's records): DONE, and the dump handler off."""
+        global _open
+        if _open is self:
+            _open = None
         self.slots[PHASE] = int(Phase.DONE)
         if self._stack is not None:
             faulthandler.unregister(DUMP_SIGNAL)
@@ -132,24 +159,45 @@ class NoHeart:
     def phase(self, phase: Phase) -> None:
         self.slots[PHASE] = int(phase)
 
+    def check_watched(self) -> None:
+        return None
+
     def close(self) -> None:
         return None
 
 
+_open: Optional[Heart] = None  # this process's heartbeat from the app's start to the loop's end
+
+
+def mark_watched(directory: Path) -> None:
+    """Said by whoever starts the node's watchdog, before the node's ranks start (:meth:`Heart.check_watched`);
+    a dir planted by another user is refused (:class:`safefs.UnsafeFile`), as the ranks refuse it."""
+    safefs.own_dir(directory.parent, 0o700)
+    safefs.own_dir(directory, 0o700)
+    fd = os.open(directory / WATCHED, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | safefs.NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()}\n")
+
+
 def for_this_rank(rank: int, local_rank: int) -> "Heart | NoHeart":
-    """This rank's heartbeat where the job wrapper set a dir for it; a stand-in elsewhere, or when it cannot
-    be made (a full /dev/shm must not stop the run)."""
+    """This rank's heartbeat where a dir was set for it: the process's open one (the app's, begun in setup),
+    else a new one; a stand-in elsewhere, or when it cannot be made (a full /dev/shm must not stop the run)."""
+    global _open
     where = os.environ.get(DIR_ENV)
     if not where:
         return NoHeart()
+    if _open is not None and _open.path.parent == Path(where):
+        _open.slots[RANK], _open.slots[LOCAL_RANK] = rank, local_rank
+        return _open
     try:
-        return Heart(Path(where), rank, local_rank)
+        _open = Heart(Path(where), rank, local_rank)
     except safefs.UnsafeFile as exc:  # said: hang detection is off for this attempt, and why
         print(f"hpctrain: rank {rank}: no heartbeat, the hang watchdog cannot see this rank: {exc}",
               file=sys.stderr, flush=True)
         return NoHeart()
     except OSError:
         return NoHeart()
+    return _open
 
 
 def read(path: Path) -> Optional[Beat]:

@@ -1,12 +1,15 @@
 """The hang watchdog: a process of its own per node and run, reading the ranks' heartbeats (:mod:`heartbeat`).
 
-Started by the job wrapper on each node's local rank 0 (``python -m hpctrain.job.watchdog SETTINGS``), it
+Started by the job wrapper on each node's local rank 0 (``python -m hpctrain.job.watchdog SETTINGS``; by the app
+itself when run directly: :mod:`hpctrain.job.direct`), it
 polls the heartbeat files of its run's ranks on this node with its own clock; the training processes do
 nothing for it but store their step. A rank whose step and phase have not changed for its allowance is
 hung; the allowance is the largest of the phases it went through since its last step:
 
     phase                          allowance (knob, default)
-    starting, first steps          hang_first_step_s (1800 s): building the model and data, a compile, warm-up
+    setup                          hang_setup_s; unset: hang_first_step_s: joining the process group, building
+                                   the model and data, loading the checkpoint (nothing there marks progress)
+    first steps                    hang_first_step_s (1800 s): a compile, warm-up
     train                          hang_timeout_s; unset: max(HANG_FLOOR_S, HANG_FACTOR x the longest wait
                                    between steps this watchdog saw after warm-up); 0: no watchdog at all
     eval                           hang_eval_s (1800 s)
@@ -60,6 +63,11 @@ class WatchSettings:
     # 0: the hung ranks are killed at once (their process is the attempt's); else first interrupted (a search
     # worker's trial: HangInterrupt ends the trial, the worker lives on), killed if not out of training by then
     interrupt_s: float = 0.0
+    setup_s: Optional[float] = None  # None: first_step_s
+
+    @property
+    def setup_allowance(self) -> float:
+        return self.first_step_s if self.setup_s is None else self.setup_s
 
     @property
     def poll_s(self) -> float:
@@ -81,14 +89,21 @@ def settings_of(config: Any, directory: Path, run_dir: Path, job_id: str,
     if timeout is not None and float(timeout) == 0:
         return None
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    setup = config.get("hang_setup_s") if hasattr(config, "get") else None
     return WatchSettings(str(directory), str(run_dir), os.getpid(), None if timeout is None else float(timeout),
                     float(get("hang_first_step_s", 1800.0)), float(get("hang_eval_s", 1800.0)),
-                    float(get("hang_checkpoint_s", 900.0)), job_id, node, interrupt_s)
+                    float(get("hang_checkpoint_s", 900.0)), job_id, node, interrupt_s,
+                    None if setup is None else float(setup))
 
 
 def start(settings: WatchSettings) -> "subprocess.Popen[bytes]":
     """The watchdog process for this node's ranks of the run (its own session: a signal to the step's
-    process group, a Ctrl-C, does not reach it before it is done)."""
+    process group, a Ctrl-C, does not reach it before it is done). Called before the node's ranks start: the
+    dir's marker tells each rank that it is watched (:meth:`heartbeat.Heart.check_watched`)."""
+    try:
+        heartbeat.mark_watched(Path(settings.directory))
+    except OSError as exc:  # the ranks refuse the same dir and say so; one without the marker stops (UnwatchedError)
+        print(f"hpctrain: the hang watchdog's dir cannot be used: {exc}", file=sys.stderr, flush=True)
     return subprocess.Popen([sys.executable, "-m", "hpctrain.job.watchdog", settings.to_json()],
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -142,7 +157,9 @@ class Watchdog:
     def allowance(self, w: Watch) -> float:
         out = 0.0
         for phase in w.phases:
-            if phase is Phase.STARTING or (phase is Phase.TRAIN and w.advances <= WARMUP_STEPS):
+            if phase is Phase.SETUP:
+                out = max(out, self.s.setup_allowance)
+            elif phase is Phase.TRAIN and w.advances <= WARMUP_STEPS:
                 out = max(out, self.s.first_step_s)
             elif phase is Phase.TRAIN:
                 out = max(out, self.train_allowance())
@@ -202,10 +219,12 @@ class Watchdog:
         where = f"{frame[1]} ({Path(frame[0]).name}:{frame[2]})" if frame else "an unknown frame (no stack dump)"
         who = ",".join(str(w.beat.rank) for w in named)
         quiet = now - min(w.changed_at for w in stalled)
-        line = (f"hung at step {max(first.beat.step, 0)} ({first.beat.phase.name.lower()}): no progress for "
-                f"{quiet:.0f} s (allowance {self.allowance(first):.0f} s); rank{'s' if len(named) > 1 else ''} "
-                f"{who} on {self.s.node} in {where}; stacks in {runfiles.STACKS_DIR}/")
-        print(f"hpctrain: {line}", file=sys.stderr, flush=True)
+        at = "in setup, before training" if first.beat.phase is Phase.SETUP else \
+            f"at step {max(first.beat.step, 0)} ({first.beat.phase.name.lower()})"
+        line = (f"hung {at}: no progress for {quiet:.0f} s (allowance {self.allowance(first):.0f} s); "
+                f"rank{'s' if len(named) > 1 else ''} {who} on {self.s.node} in {where}; stacks in {runfiles.STACKS_DIR}/")
+        stacks_dir = Path(self.s.run_dir).absolute() / runfiles.STACKS_DIR
+        print(f"hpctrain: {line[:-len(runfiles.STACKS_DIR) - 1]}{stacks_dir}/", file=sys.stderr, flush=True)
         from hpctrain.job.lifecycle import Lifecycle, Outcome
 
         try:

@@ -58,6 +58,8 @@ def validate_job(cfg: DictConfig, world_size: int = 1, plain: Optional[Mapping[s
     expect(cfg.straggler_factor == 0 or cfg.straggler_factor > 1, "straggler_factor",
            "a number > 1 (x the other ranks' median work per step; 0: no straggler check)")
     expect(cfg.straggler_windows >= 1, "straggler_windows", "an integer >= 1 (log windows in a row)")
+    expect(cfg.hang_setup_s is None or cfg.hang_setup_s > 0, "hang_setup_s",
+           "a number of seconds > 0 (unset: hang_first_step_s)")
     expect(cfg.device in ("auto", "cpu", "cuda"), "device", "auto, cpu or cuda")
     expect(cfg.num_workers >= 0, "num_workers", "an integer >= 0")
     if cfg.batch_size > 0 and cfg.grad_accum >= 1 and cfg.batch_size % (world_size * cfg.grad_accum):

@@ -31,15 +31,21 @@ def container_command(
     return shlex.join(argv)
 
 
+# the node's shared memory, one for all the node's tasks: their heartbeats and the hang watchdog that reads them
+# (hpctrain.job.heartbeat), NCCL's shared-memory transport. `--contain` and `mount dev = minimal` give each
+# `apptainer exec` a /dev/shm of its own (apptainer/apptainer#3001)
+NODE_SHM = "/dev/shm"
+
+
 def default_binds(sweep_dir: Path, project_dir: Path, submitit_folder: Optional[Path] = None) -> List[str]:
     """Shared storage the job must see: the sweep dir (runs write there), the project, and submitit's
-    folder (the job's pickles and logs) when it lies outside the sweep dir."""
+    folder (the job's pickles and logs) when it lies outside the sweep dir; the node's /dev/shm."""
     binds = [Path(sweep_dir).resolve(), Path(project_dir).resolve()]
     if submitit_folder is not None:
         folder = Path(submitit_folder).resolve()
         if binds[0] not in folder.parents and folder != binds[0]:
             binds.append(folder)  # submitit creates it when it submits, before the job starts
-    return [str(b) for b in binds]
+    return [str(b) for b in binds] + [NODE_SHM]
 
 
 def image_problem(path: Path) -> Optional[str]:

@@ -127,12 +127,16 @@ def _export_from_submitit() -> None:
     env.export(set_cuda_visible_devices=False, overwrite=True)  # (without overwrite, a set one is an error)
 
 
-def init_distributed(device_preference: str = "auto", timeout_s: float = 600.0) -> DistInfo:
+def ranks() -> "tuple[int, int]":
+    """This process's (rank, local rank), before any process group (submitit's variables exported first)."""
     if "RANK" not in os.environ and os.environ.get("SUBMITIT_EXECUTOR"):
         _export_from_submitit()
-    rank = int(os.environ.get("RANK", 0))
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def init_distributed(device_preference: str = "auto", timeout_s: float = 600.0) -> DistInfo:
+    rank, local_rank = ranks()
     world_size = int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     device = pick_device(device_preference, local_rank, local_world_size)
     if world_size > 1 and not dist.is_initialized():

@@ -322,3 +322,16 @@ class SlowOn(HangsOnce):
 
             time.sleep(self.slow)
         return super().forward(x)
+
+
+class BlocksInInit(TinyNet):
+    """Rank ``block_rank``'s constructor blocks forever on the first attempt only (``marker`` is written before it
+    blocks): a hang in setup, before the loop's first step (as a stuck file system read or a peer that never
+    joins would be)."""
+
+    def __init__(self, in_features: int, num_classes: int, marker: str, block_rank: int = 1) -> None:
+        super().__init__(in_features, num_classes)
+        rank = int(os.environ.get("RANK", "0"))
+        if rank == block_rank and not os.path.exists(marker):
+            Path(marker).write_text(f"rank {rank} blocks in its model's constructor\n")
+            block_forever()
