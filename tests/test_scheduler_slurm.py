@@ -94,7 +94,7 @@ def test_asha_pauses_and_promotes_and_a_sigkilled_worker_costs_no_promotion(tmp_
     d = run_dir_of(sweep, killed)
     s = starts(d)
     adopted = [x for x in s if x["how"] == "adopted"]
-    assert adopted and adopted[-1]["job_id"] != victim, s
+    assert adopted and adopted[-1]["job_id"] != victim, json.dumps(s)  # the whole list, not pytest's cut repr
     unit = [x for x in s if x["job_id"] == victim][-1]["unit"]
     assert adopted[-1]["unit"] == unit  # the same unit, resumed
     resumed_at = [int(line.rsplit("at step ", 1)[1].split()[0]) for line in
