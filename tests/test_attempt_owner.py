@@ -92,3 +92,50 @@ def test_a_retry_is_left_to_the_job_that_decided_it(tmp_path, monkeypatch):
     assert orphan.returncode == 0, orphan.stderr
     assert kinds(run_dir) == ["submitted", "started", "failed", "retrying"]
     assert events.read(run_dir).retries == 1  # its budget untouched
+
+
+def search_of_three_workers(tmp_path: Path) -> "tuple[Path, List[Path]]":
+    """A search's sweep.json as its workers leave it: runs 0..2 are trials (trial 0 run by worker 1, trial 2
+    by worker 2), the submission's workers are 750_0..750_2; the run list's tasks are their placeholders."""
+    from hpctrain.core.paths import SweepPaths
+
+    sweep = tmp_path / "sweep"
+    places = [SweepPaths(sweep).worker_placeholder(i) for i in range(3)]
+
+    def add(m: manifest.Manifest) -> None:
+        m.launcher = "slurm"
+        for trial, job in enumerate(["750_1", "750_0", "750_2"]):
+            m.runs[trial] = manifest.RunEntry(RunSpec(trial, ("lr=0.1",), sweep / f"trial-{trial:03d}", None), job)
+        m.submissions.append(manifest.SubmissionRecord(time=0.0, job_ids=["750"], runs=[],
+                                                       extra={"worker_job_ids": ["750_0", "750_1", "750_2"]}))
+
+    manifest.update(sweep, add)
+    runs = sweep / ".hpctrain" / "submission-0.runs.json"
+    tasks = [[RunSpec(i, ("lr=0.1",), p, None).to_json(sweep)] for i, p in enumerate(places)]
+    runs.write_text(json.dumps({"sweep_dir": str(sweep), "tasks": tasks}))
+    for p in places:
+        events.submitted(p)
+    return runs, places
+
+
+def worker_teardown(runs: Path, task: int, exit_code: int) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in SLURM_VARS}
+    env.update(SLURM_JOB_ID=str(750 if task == 2 else 751 + task), SLURM_ARRAY_JOB_ID="750",
+               SLURM_ARRAY_TASK_ID=str(task), SLURM_RESTART_COUNT="0", PATH="/nonexistent")
+    return subprocess.run([sys.executable, "-m", "hpctrain.job.attempt_ended", str(runs), str(task), str(exit_code),
+                           "1"], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_sigkilled_search_worker_is_recorded_and_never_requeued_whichever_trials_it_ran(tmp_path, monkeypatch):
+    """A worker's task is looked up among the submission's workers, not among the trials that share its index:
+    worker 2, which happened to run trial 2, was requeued (its trial then taken back as its own, no adoption
+    counted), worker 0 was left alone. Each now records its death and asks no requeue (none is possible here:
+    no scontrol), so that another worker adopts what it held."""
+    as_job(monkeypatch, None)
+    runs, places = search_of_three_workers(tmp_path)
+    for task in (2, 0):
+        ended = worker_teardown(runs, task, 137)
+        assert ended.returncode == 0, ended.stderr
+        assert kinds(places[task]) == ["submitted", "failed"], ended.stderr
+        assert "not requeued" in ended.stderr and "retry" not in ended.stderr, ended.stderr
+    assert kinds(places[1]) == ["submitted"]

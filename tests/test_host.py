@@ -30,13 +30,23 @@ CANCELLED = ("JobId=1714 JobName=wrap JobState=COMPLETING Reason=None Dependency
 @pytest.fixture
 def helper(tmp_path, monkeypatch):
     """The batch script's helper lines in a bash that waits, with no Slurm tool on its PATH."""
+    yield from _helper(tmp_path, monkeypatch, {"SLURM_JOB_ID": "77"})
+
+
+@pytest.fixture
+def array_helper(tmp_path, monkeypatch):
+    """The helper of the array task that holds the array's record: its SLURM_JOB_ID is the array's."""
+    yield from _helper(tmp_path, monkeypatch, {"SLURM_JOB_ID": "77", "SLURM_ARRAY_JOB_ID": "77",
+                                               "SLURM_ARRAY_TASK_ID": "2"})
+
+
+def _helper(tmp_path, monkeypatch, slurm_env):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("bash", "sleep", "touch", "head", "mv", "rm", "mkdir"):
         (bin_dir / tool).symlink_to(subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip())
     script = "\n".join(host_lines(tmp_path / "sweep") + ["sleep 60"])
-    proc = subprocess.Popen(["bash", "-c", script], env={"PATH": str(bin_dir), "SLURM_JOB_ID": "77"},
-                            start_new_session=True)
+    proc = subprocess.Popen(["bash", "-c", script], env={"PATH": str(bin_dir), **slurm_env}, start_new_session=True)
     where = tmp_path / "sweep" / ".hpctrain" / "host" / "77"
     deadline = time.time() + 10
     while not (where / host.HEARTBEAT).exists() and time.time() < deadline:
@@ -158,3 +168,18 @@ def test_a_slow_slurm_call_is_waited_for_once_the_helper_took_the_request(helper
     ans = host.show_job(timeout_s=20)
     assert ans.stdout is not None and parse.parse_fields(ans.stdout.strip())["JobState"] == "RUNNING", ans
     assert parse.parse_fields(ans.stdout.strip())["JobId"] == "77"
+
+
+def test_an_array_task_asks_slurm_about_itself_never_the_whole_array(array_helper, tmp_path):
+    """`scontrol requeue 77` from task 77_2, whose SLURM_JOB_ID is the array's, requeued all three tasks of the
+    array (measured on the test cluster, 2026-12-04): a retry of one SIGKILLed search worker killed the
+    other two mid-unit. Each request names the task itself."""
+    said = tmp_path / "said"
+    scontrol = tmp_path / "bin" / "scontrol"
+    scontrol.write_text(f"#!/bin/bash\necho \"$*\" >>{said}\necho \"JobId=77 ArrayJobId=77 ArrayTaskId=2\"\n")
+    scontrol.chmod(0o755)
+    assert host.requeue(timeout_s=10).stdout is not None
+    assert host.show_job(timeout_s=10).stdout is not None
+    assert host.ask(host.Request.EXCLUDE, "n1", timeout_s=10).stdout is not None
+    assert said.read_text().splitlines() == ["requeue 77_2", "show job -o 77_2", "requeuehold 77_2",
+                                             "update jobid=77_2 ExcNodeList=n1", "release 77_2"]

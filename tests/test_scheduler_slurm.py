@@ -57,9 +57,14 @@ def test_asha_pauses_and_promotes_and_a_sigkilled_worker_costs_no_promotion(tmp_
     run_hpctrain(args, cwd=tmp_path, timeout=120)
     job = job_id(sweep)
     try:
-        wait_for(lambda: last_unit_under_way(sweep) is not None, 1200, "a worker under way with a unit to the last rung",
-                 every=0.1)
-        killed, victim, pid = last_unit_under_way(sweep)  # type: ignore[misc]
+        under_way: list = []
+
+        def look() -> bool:  # the unit seen is the one killed: a second look may find it past 150 steps, or none
+            under_way[:] = [last_unit_under_way(sweep)]
+            return under_way[0] is not None
+
+        wait_for(look, 1200, "a worker under way with a unit to the last rung", every=0.1)
+        killed, victim, pid = under_way[0]
         # SIGKILL to the worker's process itself (the test cluster runs on this host): no warning, no checkpoint
         # call, and at once (scancel's signal was seen to land seconds later, after a 5-s unit had ended)
         os.kill(pid, signal.SIGKILL)
@@ -94,7 +99,7 @@ def test_asha_pauses_and_promotes_and_a_sigkilled_worker_costs_no_promotion(tmp_
     d = run_dir_of(sweep, killed)
     s = starts(d)
     adopted = [x for x in s if x["how"] == "adopted"]
-    assert adopted and adopted[-1]["job_id"] != victim, s
+    assert adopted and adopted[-1]["job_id"] != victim, json.dumps(s)  # the whole list, not pytest's cut repr
     unit = [x for x in s if x["job_id"] == victim][-1]["unit"]
     assert adopted[-1]["unit"] == unit  # the same unit, resumed
     resumed_at = [int(line.rsplit("at step ", 1)[1].split()[0]) for line in

@@ -263,7 +263,7 @@ def test_sigkilled_worker_then_the_same_command_again_ends_at_exactly_n_trials(t
         starts = [json.loads(p.read_text()) for p in sorted((run_dir / ".hpctrain" / "record").glob("*.started.*"))]
         killed = [t for t in found if t.number == number][0]
         # taken over by another worker of the first array or of the second command
-        assert starts[-1]["job_id"] != owner and starts[-1]["how"] == "adopted", starts
+        assert starts[-1]["job_id"] != owner and starts[-1]["how"] == "adopted", json.dumps(starts)
         if killed.state.name == "COMPLETE":  # resumed (from its checkpoint, if it had one) by another worker
             assert metrics(run_dir)["step"] == 4000 and metrics(run_dir)["status"] == "completed"
         else:

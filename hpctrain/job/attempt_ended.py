@@ -8,7 +8,9 @@ of memory, node failure): it is recorded failed. A failed attempt, whichever ran
 while the budget lasts: ``retrying`` in the record, then the job is requeued (Slurm) or submitted
 again (local launcher). An attempt ends only its own: in a Slurm job, a run whose record is at another
 job's attempt (an orphan array of an interrupted submission, whose runs were submitted again) is left alone
-(:func:`owns_attempt`). The requeue is asked of the batch script's host-side helper
+(:func:`owns_attempt`). A search's or a pulled grid's worker task (its placeholder run dir) is recorded, never
+retried: a requeued task keeps its id and would take its trial back as its own, an adoption nobody counts;
+what a dead worker held is adopted by another, within ``max_retries + 1`` deaths. The requeue is asked of the batch script's host-side helper
 (:mod:`hpctrain.slurm.host`): this step may run inside the job's container, which has no Slurm client. No torch here.
 """
 
@@ -22,8 +24,10 @@ from typing import Callable, List, Optional
 from hpctrain.core import events, manifest, summary
 from hpctrain.core.state import REQUEUE_FAILED, EventKind, RunState, State
 from hpctrain.core.errors import DiskFullError, deterministic, last_line
+from hpctrain.core.paths import SweepPaths
 from hpctrain.core.run import RunSpec
 from hpctrain.slurm import host
+from hpctrain.slurm.parse import job_order
 
 
 def job_of_key(key: Optional[str]) -> Optional[str]:
@@ -84,6 +88,15 @@ def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log
     return attempt
 
 
+def worker_job(found: manifest.Manifest, index: int) -> Optional[str]:
+    """The job of worker ``index`` of the newest submission that has one (sweep.json's ``worker_job_ids``)."""
+    for sub in reversed(found.submissions):
+        ids = sorted((str(j) for j in sub.extra.get("worker_job_ids") or []), key=job_order)
+        if 0 <= index < len(ids):
+            return ids[index]
+    return None
+
+
 def avoid_nodes(rs: RunState) -> List[str]:
     """The nodes a hung run's retry keeps off: where a rank waited in its own code (the watchdog's record),
     else every node that saw the hang."""
@@ -133,19 +146,30 @@ def main(argv: list) -> int:
     log = argv[4] if len(argv) > 4 else ""
     read: List[Optional[manifest.Manifest]] = []  # sweep.json, read only if a queued run's job is asked
 
-    def recorded_job(idx: Optional[int]) -> Callable[[], Optional[str]]:
+    workers = os.path.abspath(SweepPaths(sweep_dir).workers) if sweep_dir is not None else None
+
+    def is_worker(run_dir: Path) -> bool:
+        return os.path.abspath(run_dir.parent) == workers
+
+    def recorded_job(idx: Optional[int], run_dir: Path) -> Callable[[], Optional[str]]:
         def job() -> Optional[str]:
             if idx is None:
                 return None
             if not read:
                 read.append(manifest.read(sweep_dir) if sweep_dir is not None else None)
+            if read[0] is not None and is_worker(run_dir):  # sweep.json's runs are its trials or points
+                return worker_job(read[0], idx)
             entry = read[0].runs.get(idx) if read[0] is not None else None
             return entry.job_id if entry is not None else None
         return job
 
     before = [events.read(run_dir) for run_dir in run_dirs]
     # every run decides, none skipped
-    retries = [ended_or_said(run_dir, exit_code, max_retries, log, recorded_job(idx)) for idx, run_dir in runs]
+    retries = [ended_or_said(run_dir, exit_code, 0 if is_worker(run_dir) else max_retries, log,
+                             recorded_job(idx, run_dir)) for idx, run_dir in runs]
+    if exit_code != 0 and any(is_worker(run_dir) for run_dir in run_dirs):
+        print(f"hpctrain: a worker's task ended with exit code {exit_code}: not requeued; what it held is adopted "
+              f"by another worker (or by the same command again)", file=sys.stderr, flush=True)
     hung = sorted({n for rs, r in zip(before, retries) if r is not None and rs.state is State.HUNG
                    for n in avoid_nodes(rs)})
     if any(r is not None for r in retries):

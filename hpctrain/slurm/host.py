@@ -33,8 +33,8 @@ _numbers = itertools.count()
 class Request(str, Enum):
     """What the host side answers (the shell's ``case`` in the batch script maps each to its command)."""
 
-    SHOW = "show"  # scontrol show job -o $SLURM_JOB_ID
-    REQUEUE = "requeue"  # scontrol requeue $SLURM_JOB_ID
+    SHOW = "show"  # scontrol show job -o TASK (this array task, 12_3; else $SLURM_JOB_ID)
+    REQUEUE = "requeue"  # scontrol requeue TASK
     SQUEUE = "squeue"  # squeue -h -r -j IDS -o %i|%T|%r
     EXCLUDE = "exclude"  # scontrol requeuehold, update ExcNodeList=NODES, release: a requeue away from NODES
 
@@ -114,7 +114,7 @@ def show_job(timeout_s: float = 15.0) -> Answer:
 
 
 def requeue(timeout_s: float = 60.0) -> Answer:
-    """``scontrol requeue`` of this job (an array task: its own job id), run on the host."""
+    """``scontrol requeue`` of this job (an array task: ``ARRAY_TASK``, never the array), run on the host."""
     return ask(Request.REQUEUE, timeout_s=timeout_s)
 
 

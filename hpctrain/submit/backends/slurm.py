@@ -74,17 +74,20 @@ USR2_TRAP = "trap 'echo hpctrain: batch shell got USR2, the job step checkpoints
 # has ended) so that its helper can still answer the job step; the teardown is skipped then, as when it died.
 TERM_TRAP = "trap 'hpctrain_term=1; echo hpctrain: batch shell got TERM: the job ends or Slurm requeued it' TERM"
 HOST_ANSWER = (
-    "hpctrain_answer() { case \"$1\" in show) scontrol show job -o \"$SLURM_JOB_ID\";; "
-    "requeue) scontrol requeue \"$SLURM_JOB_ID\";; "
+    "hpctrain_answer() { case \"$1\" in show) scontrol show job -o \"$hpctrain_job\";; "
+    "requeue) scontrol requeue \"$hpctrain_job\";; "
     # a retry away from the nodes a hang was seen on: a running job's ExcNodeList cannot be changed, a held one's can
     "\"exclude \"?*) case \"${1#exclude }\" in *[!A-Za-z0-9,._-]*) echo \"bad node names\"; return 2;; esac; "
-    "scontrol requeuehold \"$SLURM_JOB_ID\" || return $?; "
-    "scontrol update jobid=\"$SLURM_JOB_ID\" ExcNodeList=\"${1#exclude }\" || echo \"hpctrain-exclude-failed\"; "
-    "scontrol release \"$SLURM_JOB_ID\";; "
+    "scontrol requeuehold \"$hpctrain_job\" || return $?; "
+    "scontrol update jobid=\"$hpctrain_job\" ExcNodeList=\"${1#exclude }\" || echo \"hpctrain-exclude-failed\"; "
+    "scontrol release \"$hpctrain_job\";; "
     "\"squeue \"[0-9]*) case \"${1#squeue }\" in *[!0-9,]*) echo \"bad job ids\"; return 2;; esac; "
     "squeue -h -r -j \"${1#squeue }\" -o '%i|%T|%r';; "
     "*) echo \"unknown request: $1\"; return 2;; esac; }"
 )
+# The task's own id for scontrol: an array's task whose SLURM_JOB_ID is the array's (the one that holds the array's
+# record) would otherwise requeue, hold or show every task of the array
+OWN_JOB = 'hpctrain_job="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"; hpctrain_job="${hpctrain_job:-$SLURM_JOB_ID}"'
 HOST_LOOP = (
     "(trap '' TERM USR2; while kill -0 $$ 2>/dev/null; do touch \"$hpctrain_host/alive\"; "
     "for q in \"$hpctrain_host\"/*.ask; do [ -e \"$q\" ] || continue; "
@@ -102,6 +105,7 @@ def host_lines(sweep_dir: Path) -> List[str]:
         f"hpctrain_host={where}",
         'rm -rf "$hpctrain_host"; mkdir -p "$hpctrain_host" || echo "hpctrain: cannot create $hpctrain_host" >&2',
         f'export {HOST_DIR_ENV}="$hpctrain_host" APPTAINERENV_{HOST_DIR_ENV}="$hpctrain_host"',
+        OWN_JOB,
         HOST_ANSWER,
         HOST_LOOP,
     ]
