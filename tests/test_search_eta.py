@@ -1,6 +1,7 @@
-"""A search's ETA comes from its trials' measured speed (issue 29 item 6): the steps still to train, as the
-scheduler runs trials on average, at the steps per second trained so far. The figure on the README's ASHA
-example (ETA against the real time left) is measured by benchmarks/search_eta.py."""
+"""A search's ETA comes from its trials' measured pace (issue 29 item 6): the units still to run, as the scheduler
+runs them, each its time besides its steps plus its steps at the seconds a step takes inside running units,
+spread over the workers. The figure on the README's ASHA example (ETA against the real time left) is measured
+by benchmarks/search_eta.py."""
 
 import io
 
