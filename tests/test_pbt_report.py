@@ -11,6 +11,8 @@ def test_the_reproduce_line_of_a_pbt_trial_is_its_replay_with_the_snapshots_pyth
     run_hpctrain(["-m", "hydra/sweeper=search", "hydra.sweeper.scheduler=pbt", "lr=tag(log,interval(1e-4,1e-1))",
                   "hydra.sweeper.population=2", "hydra.sweeper.interval=5", "hydra.sweeper.seed=0", "max_steps=10",
                   "eval_every=5", "hydra/launcher=local", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=300)
+    # the search's ETA counts PBT's units by this (hpctrain.search.eta)
+    assert json.loads((sweep / "sweep.json").read_text())["search"]["interval"] == 5
     found = {}
     for run_dir in (p for p in sweep.iterdir() if (p / "metrics.json").is_file()):
         record = json.loads((run_dir / "metrics.json").read_text())

@@ -1,10 +1,14 @@
-"""A search's ETA comes from its trials' measured speed (issue 29 item 6): the steps still to train, as the
-scheduler runs trials on average, at the steps per second trained so far. The figure on the README's ASHA
-example (ETA against the real time left) is measured by benchmarks/search_eta.py."""
+"""A search's ETA comes from its trials' measured pace (issue 29 item 6): the units still to run, as the scheduler
+runs them, each its time besides its steps plus its steps at the seconds a step takes inside running units,
+spread over the workers. The figure on the README's ASHA example (ETA against the real time left) is measured
+by benchmarks/search_eta.py."""
 
 import io
 
-from hpctrain.core import events, summary
+import pytest
+
+from hpctrain.core import events
+from hpctrain.core.atomic import write_json_atomic
 from hpctrain.core.run import RunSpec
 from hpctrain.submit.progress import Progress
 
@@ -26,33 +30,38 @@ def test_hyperband_steps_left_rung_by_rung_with_the_share_promoted_as_measured()
     assert steps_left([Trial(100, False), Trial(540, True)], 3, {"scheduler": "pbt", "max_steps": 540}) == 440 + 540
 
 
-def test_a_search_progress_eta_is_the_steps_left_at_the_measured_speed(tmp_path):
+def test_a_search_progress_eta_times_each_unit_from_the_trials_records(tmp_path, monkeypatch):
+    """No scheduler, one worker, 3 trials: trial 0 took 37 s for its 540 steps, 0.05 s a step inside (its
+    progress writes), so 10 s besides (start-up); trial 1 started 12 s ago: 25 s of its unit are left, then
+    trial 2's 37 s. A speed over all the time (580 steps in 49 s) says 88 s."""
+    clock = [99.0]
+    monkeypatch.setattr(events.time, "time_ns", lambda: int(clock[0] * 1e9))  # the records' times
     specs = []
-    for i in range(3):
-        run_dir = tmp_path / f"{i}"
-        run_dir.mkdir()
-        events.submitted(run_dir)
-        specs.append(RunSpec(i, (f"lr={i}",), run_dir, 540))
-    clock = [0.0]
-    stream = io.StringIO()
-    progress = Progress([], stream=stream, clock=lambda: clock[0],
-                        discover=lambda: (specs, {i: f"lr={i}" for i in range(3)}, 27, dict(ASHA)))
-    for spec in specs:
-        events.started(spec.run_dir, job_id="1")
-    clock[0] = 5.0
-    progress.update(force=True)  # the trials are seen started at 5 s: the speed is measured from then
-    for spec in specs[:2]:
-        summary.write(spec.run_dir, step=20, max_steps=540)
-        events.paused(spec.run_dir, step=20)
-    summary.write(specs[2].run_dir, step=20, max_steps=540)
-    events.pruned(specs[2].run_dir, step=20)
-    clock[0] = 15.0  # 60 steps in 10 s: 6 steps/s
-    progress.update(force=True)
-    from hpctrain.search.eta import Trial, steps_left
+    for i in range(2):
+        (tmp_path / f"{i}").mkdir()
+        specs.append(RunSpec(i, (f"lr={i}",), tmp_path / f"{i}", 540))
+        events.submitted(specs[i].run_dir)
+    search = {"scheduler": "none", "max_steps": 540, "n_trials": 3, "workers": 1}
+    progress = Progress([], stream=io.StringIO(), clock=lambda: clock[0],
+                        discover=lambda: (specs, {i: f"lr={i}" for i in range(2)}, 3, dict(search)))
+    progress.wall = lambda: clock[0]  # the records' clock: a running unit's time so far
 
-    left = steps_left([Trial(20, False, True)] * 2 + [Trial(20, True)], 27, ASHA)  # the steps left, as ASHA decides
-    assert abs(progress.eta_s() - left / 6.0) < 1e-6
-    assert f"ETA {int(left / 6.0) // 60}m" in stream.getvalue().splitlines()[-1]
+    def at(t, run, step=None, kind=None):
+        clock[0] = t
+        if kind is not None:
+            kind(run.run_dir)
+        if step is not None:
+            write_json_atomic(run.run_dir / "metrics.json", {"step": step, "max_steps": 540, "updated": t})
+        progress.update(force=True)
+
+    at(100.0, specs[0], kind=events.started)
+    at(110.0, specs[0], 10)
+    at(115.0, specs[0], 110)  # 100 steps in 5 s inside the unit
+    at(137.0, specs[0], 540, kind=events.completed)
+    at(137.0, specs[1], kind=events.started)
+    at(148.0, specs[1], 20)
+    at(149.0, specs[1], 40)
+    assert progress.eta_s() == pytest.approx(25.0 + 37.0)
 
 
 def test_asha_steps_left_as_the_rule_decides_not_a_share_of_a_rung():
@@ -71,12 +80,64 @@ def test_asha_steps_left_as_the_rule_decides_not_a_share_of_a_rung():
     assert steps_left([Trial(540, True)] + [Trial(20, True)] * 26, 27, ASHA) == 0
 
 
-def test_the_speed_is_the_last_third_of_the_time_so_a_machine_slowed_down_is_followed():
-    from hpctrain.search.eta import Trial, eta_s, speed
+def test_the_pace_is_the_steps_measured_inside_units_and_a_units_time_besides_them():
+    from hpctrain.search.eta import Pace, Span, Stride, pace
 
-    # 300 steps in the first 30 s, then 30 in the next 30 s (the machine got busy): 1 step/s, not 5.5
-    assert speed([(10.0, 100), (30.0, 300), (60.0, 330)]) == 1.0
-    assert speed([(60.0, 330)]) == 5.5  # no sample that old: the whole time
-    assert speed([(10.0, 100), (30.0, 330), (60.0, 330)]) == 5.5  # nothing trained since: the whole time
-    trials = [Trial(330, False)]
-    assert eta_s(trials, 1, {"scheduler": "none", "max_steps": 540}, 60.0, [(10.0, 100), (30.0, 300)]) == 210.0
+    # three units of 20 steps of 3 s each, 0.05 s a step inside: 2 s a unit besides its steps; a worker's first
+    # unit (7.7 s: the imports) is one of four: the median leaves it out
+    spans = [Span(0.0, 7.7, 20), Span(7.7, 10.7, 20), Span(10.7, 13.7, 20), Span(13.7, 16.7, 20)]
+    strides = [Stride(5.0, 0.5, 10), Stride(9.0, 0.5, 10), Stride(12.0, 0.5, 10), Stride(15.0, 0.5, 10)]
+    assert pace(spans, strides) == Pace(pytest.approx(0.05), pytest.approx(2.0))
+    # the last third of the time: the machine got 4 times slower from 60 s on; the older strides left out
+    late = strides + [Stride(70.0, 2.0, 10), Stride(80.0, 2.0, 10), Stride(90.0, 2.0, 10)]
+    assert pace([], late).step_s == pytest.approx(0.2)
+    # an app that writes no progress within a unit: the units' time over their steps (the last three: the
+    # first is outside the last third of the time)
+    assert pace(spans, []) == Pace(pytest.approx(9.0 / 60))
+    assert pace([], []) is None
+
+
+def test_asha_eta_plays_the_units_on_the_workers_with_their_time_besides_the_steps():
+    from hpctrain.search.eta import Pace, Trial, eta_s, steps_left
+
+    # the tail: every trial ended but one on its last stretch (180 to 540, 0.05 s a step); 4 workers, 3 idle:
+    # 18 s, not the 360 steps at the 4 workers' speed together (4.5 s)
+    tail = [Trial(540, True)] + [Trial(20, True)] * 25 + [Trial(180, False, running_s=0.0)]
+    assert eta_s(tail, 27, dict(ASHA, workers=4), Pace(0.05)) == pytest.approx(18.0)
+    # the time it ran counts: 30 s into a unit expected to take 2 + 18 s, at least its steps left (360 - 100)
+    tail2 = tail[:-1] + [Trial(280, False, running_s=10.0)]
+    assert eta_s(tail2, 27, dict(ASHA, workers=4), Pace(0.05, 2.0)) == pytest.approx(max(0.05 * 260, 20.0 - 10.0))
+    # one worker: each unit's 2 s besides its steps count once a unit; the steps the same as played in steps
+    early = [Trial(20, False, True), Trial(20, True), Trial(20, True)]
+    steps = steps_left(early, 27, ASHA)
+    timed = eta_s(early, 27, ASHA, Pace(0.05, 2.0))
+    assert 0.05 * steps + 2.0 * 24 <= timed <= 0.05 * steps + 2.0 * (24 + 24)  # 24 to start, some promotions
+    assert eta_s(early, 27, ASHA, Pace(0.05)) == pytest.approx(0.05 * steps)
+
+
+def test_random_search_and_pbt_eta_spread_their_units_over_the_workers():
+    from hpctrain.search.eta import Pace, Trial, eta_s
+
+    p = Pace(0.1, 1.0)  # a unit of 100 steps: 11 s
+    none = {"scheduler": "none", "max_steps": 100, "workers": 2}
+    # 2 workers: one trial 5 s into its unit but at step 0 (its 100 steps left: 10 s), one at 50 of 100 2 s in
+    # (11 - 2 = 9 s left, more than its 5 s of steps); 3 to come: on the worker free at 9 s (20), the one at
+    # 10 s (21), then at 20 s (31)
+    trials = [Trial(0, False, running_s=5.0), Trial(50, False, running_s=2.0)]
+    assert eta_s(trials, 5, none, p) == pytest.approx(31.0)
+    # PBT: a population of 2 in intervals of 25 on 2 workers, each at 50 paused: 2 intervals of 3.5 s each
+    pbt = {"scheduler": "pbt", "max_steps": 100, "interval": 25, "workers": 2}
+    assert eta_s([Trial(50, False, True)] * 2, 2, pbt, p) == pytest.approx(7.0)
+    # Hyperband: the steps rung by rung as before, each unit still to start with its time besides
+    assert eta_s([], 27, dict(HYPERBAND, workers=1), Pace(1.0)) == pytest.approx(27 * 20 + 9 * 40 + 3 * 120 + 360)
+    assert eta_s([], 27, dict(HYPERBAND, workers=1), Pace(0.0, 1.0)) is None
+    assert eta_s([], 27, dict(HYPERBAND, workers=1), Pace(1.0, 1.0)) == pytest.approx(1620 + 27 + 9 + 3 + 1)
+
+
+def test_a_trials_units_from_its_records():
+    from hpctrain.search.eta import Span, units_of
+
+    records = [(0.0, "submitted", None), (1.0, "started", None), (4.0, "paused", 20), (9.0, "started", None),
+               (10.0, "failed", None), (11.0, "started", None), (15.0, "paused", 60), (20.0, "pruned", 60)]
+    # the failed attempt is no unit; the study's prune of the paused trial (no start before it) neither
+    assert units_of(records) == [Span(1.0, 4.0, 20), Span(11.0, 15.0, 40)]

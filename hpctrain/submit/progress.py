@@ -16,10 +16,11 @@ from hydra.core.utils import filter_overrides
 
 from hpctrain.core import events, manifest, summary
 from hpctrain.core.redact import redact_overrides
-from hpctrain.core.state import FAILURES, FINAL, State
+from hpctrain.core.state import FAILURES, FINAL, EventKind, State
 
 MAX_SHOWN = 20  # running runs drawn in the block; more are counted on one line
 QUIET = (State.QUEUED, State.HELD)  # waiting is not an event
+STRIDES = 4096  # a search's pace measurements kept (the older merged): a read a second per running trial
 
 
 # a search's trials as the sweep lists them: their specs, their labels (params) by idx, how many to come, and
@@ -102,14 +103,18 @@ class Progress:
 
     def __init__(self, runs: Sequence[Any], stream: Optional[TextIO] = None, interval_s: float = 1.0,
                  alive: Callable[[int], bool] = lambda idx: False, clock: Callable[[], float] = time.monotonic,
-                 discover: Optional[Callable[[], Found]] = None) -> None:
+                 discover: Optional[Callable[[], Found]] = None, wall: Callable[[], float] = time.time) -> None:
         self.runs = list(runs)
         self.labels = dict(zip((r.idx for r in self.runs), swept_labels([r.overrides for r in self.runs])))
         self.discover = discover
         self.total: Optional[int] = None  # the runs to come where they are discovered (a search's n_trials)
         self.search: Optional[Dict[str, Any]] = None  # a search's settings: its ETA from the trials' speed
-        self.first_ran: Optional[float] = None  # when a trial was first seen started (the clock's time)
-        self.samples: List[Tuple[float, int]] = []  # (seconds since first_ran, steps trained): eta.speed
+        self.wall = wall  # the records' clock (epoch seconds): a running unit's time so far
+        self.spans: Dict[int, List[Any]] = {}  # a search's trials' units that ended (eta.Span), by idx
+        self.strides: List[Any] = []  # steps trained inside running units between two progress writes (eta.Stride)
+        self.unit_start: Dict[int, float] = {}  # a running trial's unit: when its start was recorded
+        self._counted: Dict[int, int] = {}  # records of a run measured so far
+        self._wrote: Dict[int, Tuple[float, float, int]] = {}  # its last progress write: (unit start, time, step)
         self.stream = stream or sys.stdout
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.interval_s = max(interval_s, len(self.runs) / 1000)  # ~0.25 ms a record: 10,000 read every 10 s
@@ -147,10 +152,45 @@ class Progress:
             state = State.RUNNING  # the attempt is ending: its retry is decided once its job has ended
         step = found.get("step") if isinstance(found.get("step"), int) else old.step
         steps = found.get("max_steps") if isinstance(found.get("max_steps"), int) else old.max_steps
+        if self.search is not None:
+            self._measure(run.idx, rs, found, state, step)
         job_id = old.job_id
         if state is not old.state and rs.last_start is not None:  # a retry's start may be another job
             job_id = rs.job_id or job_id
         return LastRead(state, step, steps, rs.error or found.get("error"), job_id, objective_text(found))
+
+    def _measure(self, idx: int, rs: Any, found: Dict[str, Any], state: Optional[State], step: Optional[int]) -> None:
+        """A search trial's pace: its units that ended (from its records' times) and the steps its running
+        unit trained between two of its progress writes (metrics.json's ``updated`` and ``step``)."""
+        from hpctrain.search import eta
+
+        if len(rs.events) != self._counted.get(idx):
+            self._counted[idx] = len(rs.events)
+            records = []
+            for e in rs.events:
+                at = None
+                if e.kind in (EventKind.PAUSED, EventKind.PRUNED):
+                    at = e.data().get("step")
+                elif e.kind is EventKind.COMPLETED:
+                    at = step if step is not None else (self.search or {}).get("max_steps")
+                records.append((e.time_ns / 1e9, e.kind.value, at if isinstance(at, int) else None))
+            self.spans[idx] = eta.units_of(records)
+        running = state in (State.RUNNING, State.REQUEUED) and rs.last_start is not None
+        if not running:
+            self.unit_start.pop(idx, None)
+            return
+        start = rs.last_start.time_ns / 1e9
+        self.unit_start[idx] = start
+        wrote = found.get("updated")
+        if not isinstance(wrote, (int, float)) or not isinstance(step, int) or wrote < start:
+            return  # no write of this unit yet (the one there is its last unit's)
+        last = self._wrote.get(idx)
+        if last is not None and last[0] == start and step > last[2] and wrote > last[1]:
+            self.strides.append(eta.Stride(wrote, wrote - last[1], step - last[2]))
+            if len(self.strides) > 2 * STRIDES:
+                self.strides = eta.thin(self.strides, STRIDES)
+        if last is None or last[0] != start or step > last[2]:
+            self._wrote[idx] = (start, float(wrote), step)
 
     def counts(self) -> Dict[str, int]:
         states = [s.state for s in self.seen.values()]
@@ -178,16 +218,12 @@ class Progress:
     def _search_eta(self, search: Dict[str, Any]) -> Optional[float]:
         from hpctrain.search import eta
 
-        now = self.clock()
-        if self.first_ran is None:
-            if not any(s.state is not None and s.state not in QUIET for s in self.seen.values()):
-                return None
-            self.first_ran = now  # the speed is measured from the first trial's start, not the workers' launch
-        trials = [eta.Trial(s.step or 0, s.state in FINAL, s.state is State.PAUSED) for s in self.seen.values()]
-        left = eta.eta_s(trials, self.total, search, now - self.first_ran, self.samples)
-        if not self.samples or now - self.first_ran > self.samples[-1][0]:
-            self.samples.append((now - self.first_ran, sum(t.step for t in trials)))  # the speed's history
-        return left
+        now = self.wall()
+        trials = [eta.Trial(s.step or 0, s.state in FINAL, s.state is State.PAUSED,
+                            max(0.0, now - self.unit_start[idx]) if idx in self.unit_start else 0.0)
+                  for idx, s in self.seen.items()]
+        measured = eta.pace([u for units in self.spans.values() for u in units], self.strides)
+        return eta.eta_s(trials, self.total, search, measured)
 
     # ------------------------------------------------------------------ lines
     def counts_text(self) -> str:

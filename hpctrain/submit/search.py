@@ -140,6 +140,8 @@ class SearchSweeper(Sweeper):
                         "scheduler": settings.scheduler, "min_steps": settings.min_steps, "eta": settings.eta,
                         "max_steps": settings.max_steps, "workers": len(runs),
                         "metric": settings.metric, "direction": Direction.parse(settings.direction).optuna}
+            if settings.scheduler == "pbt":  # its units' length, for the ETA (hpctrain.search.eta)
+                m.search["interval"] = settings.interval or settings.eval_every
             m.submissions.append(manifest.SubmissionRecord(launcher_pid=os.getpid(), extra={"workers": len(runs)}))
 
         manifest.update(sweep_dir, add)
