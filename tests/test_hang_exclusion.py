@@ -55,3 +55,22 @@ def test_the_rank_waiting_in_its_own_code_is_named_not_its_peer_waiting_in_the_c
     # every rank in torch (a deadlock, a dead link): all the stalled ones, as the fallout of something unseen
     every = [rank(1, "n2", False), rank(0, "n1", False), rank(2, "n3", False, stalled=False)]
     assert named(every) == ([every[1], every[0]], True)
+
+
+def test_status_says_why_a_retry_pending_in_the_queue_was_not_kept_off_its_node(tmp_path):
+    """The retrying run's row note (status prints it under the table): the exclusion's one line, then Slurm's
+    reason."""
+    from hpctrain.core import events
+    from hpctrain.review.runs import Accounting, _Judge
+    from hpctrain.review.sweep import ListedRun, SweepListing
+    from hpctrain.core.state import State
+
+    run_dir = tmp_path / "run"
+    events.submitted(run_dir)
+    events.started(run_dir)
+    events.hung(run_dir, "hung at step 30 (train): ...", rank=1, nodes=["n2"])
+    note = "not avoiding n2: partition debug has 2 usable nodes, the job needs 2"
+    events.retrying(run_dir, 1, 1, not_avoided=["n2"], note=note)
+    sweep = SweepListing(tmp_path, "slurm", tmp_path / ".submitit", [ListedRun(0, "run", run_dir, [], "7")])
+    judge = _Judge(sweep, {"7": ("PENDING", "BeginTime")}, Accounting(["7"]))
+    assert judge.state(sweep.runs[0], events.read(run_dir), {}) == (State.RETRYING, f"{note}; BeginTime")
