@@ -291,3 +291,28 @@ def test_a_hang_over_two_nodes_is_one_decision_naming_the_rank_and_node_and_the_
     mine, theirs = final_weights(run_dir), final_weights(ref_dir)
     for key in mine:
         assert torch.equal(mine[key], theirs[key]), key
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_a_hung_one_node_job_on_a_one_node_partition_is_retried_on_that_node_saying_so(tmp_path):
+    """Partition `short` has n1 alone: excluding it would leave the requeued job nowhere to run. Not excluded,
+    said in the retrying record, and the retry completes there."""
+    import subprocess
+
+    from slurm_helpers import job_id
+
+    sweep, marker = tmp_path / "sweep", tmp_path / "hung-once"
+    run_hpctrain(["-m", *TASK, "+model.hang_at=30", f"+model.marker={marker}", "hydra/launcher=slurm",
+                  "hydra.launcher.partition=short", "hydra.launcher.timeout_min=10", "hydra.launcher.tasks_per_node=2",
+                  "hang_timeout_s=5", "hydra.launcher.wait=true", "hydra.launcher.max_retries=1",
+                  f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=400)
+    (run_dir,) = run_dirs(sweep)
+    (hung,) = [e.data() for e in events.events(run_dir) if e.kind is EventKind.HUNG]
+    assert hung["nodes"] == ["n1"] and hung["ranks"] == [1], hung
+    (retry,) = [e.data() for e in events.events(run_dir) if e.kind is EventKind.RETRYING]
+    assert retry.get("not_avoided") == ["n1"] and "avoid_nodes" not in retry, retry
+    assert retry["note"] == "not avoiding n1: partition short has 1 usable node, the job needs 1", retry
+    shown = subprocess.run(["scontrol", "show", "job", "-o", job_id(sweep)], capture_output=True, text=True).stdout
+    assert "ExcNodeList=(null)" in shown, shown
+    assert events.read(run_dir).state is State.COMPLETED
