@@ -368,3 +368,77 @@ def test_a_search_trial_that_hangs_is_retried_and_the_study_reaches_n_trials(tmp
     assert any("block_forever" in t for t in stacks_of(hung[0]).values())
     # its worker ended the trial and went on: one worker job, never retried itself
     assert len(list((sweep / ".submitit").glob("*_log.out"))) == 1
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_a_hang_over_two_nodes_is_one_decision_naming_the_rank_and_node_and_the_retry_can_still_run(tmp_path):
+    """Rank 1 of a run over both nodes (one rank a node) blocks at step 30 on its first attempt: each node's watchdog
+    dumps its own rank, one `hung` names rank 1 and its node (rank 0 only waits in the collective), and the retry
+    is not kept off that node (on this 2-node partition a 2-node job could then never start again: Slurm keeps it
+    pending, BadConstraints), saying so; it completes with the weights of a run over two nodes that never hung."""
+    import subprocess
+
+    from slurm_helpers import job_id
+
+    sweep, ref = tmp_path / "sweep", tmp_path / "ref"
+    marker = tmp_path / "hung-once"
+    common = ["hydra/launcher=slurm", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=1", "hang_timeout_s=5",
+              "hydra.launcher.wait=true"]
+    run_hpctrain(["-m", *TASK, "+model.hang_at=30", f"+model.marker={marker}", *common,
+                  "hydra.launcher.max_retries=1", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=400)
+    (run_dir,) = run_dirs(sweep)
+    hung = [e for e in events.events(run_dir) if e.kind is EventKind.HUNG]
+    assert len(hung) == 1, [e.data() for e in hung]  # one decision, not one a node
+    detail = hung[0].data()
+    assert hung[0].time_ns / 1e9 - marker.stat().st_mtime < 5 + 30, detail
+    stacks = stacks_of(run_dir)
+    assert sorted(n.rsplit("-", 1)[-1] for n in stacks) == ["rank0.txt", "rank1.txt"], stacks.keys()
+    # each rank's stack dumped by its own node's watchdog, named by its node
+    on = {n.rsplit("-", 1)[-1]: t.split(" on ", 1)[1].split(",", 1)[0] for n, t in stacks.items()}
+    assert sorted(on.values()) == ["n1", "n2"], on
+    assert all(f"-{node}-{rank}" in name for rank, node in on.items() for name in stacks if name.endswith(rank))
+    rank1 = next(t for n, t in stacks.items() if n.endswith("rank1.txt"))
+    assert "in block_forever" in rank1, rank1
+    node = on["rank1.txt"]
+    assert detail["ranks"] == [1] and detail["nodes"] == [node] and not detail["fallout"], detail
+    assert "block_forever" in detail["frame"] and f"rank 1 on {node} in block_forever" in detail["error"], detail
+    assert detail["nodes_reported"] == ["n1", "n2"], detail
+    (retry,) = [e.data() for e in events.events(run_dir) if e.kind is EventKind.RETRYING]
+    assert "avoid_nodes" not in retry and retry["not_avoided"] == [node], retry
+    assert retry["note"] == f"not avoiding {node}: partition debug has 2 usable nodes, the job needs 2", retry
+    shown = subprocess.run(["scontrol", "show", "job", "-o", job_id(sweep)], capture_output=True, text=True).stdout
+    assert "ExcNodeList=(null)" in shown, shown
+    assert record_kinds(run_dir).count("started") == 2
+    assert events.read(run_dir).state is State.COMPLETED
+
+    run_hpctrain(["-m", *TASK, *common, f"hydra.sweep.dir={ref}"], cwd=tmp_path, timeout=400)
+    (ref_dir,) = run_dirs(ref)
+    mine, theirs = final_weights(run_dir), final_weights(ref_dir)
+    for key in mine:
+        assert torch.equal(mine[key], theirs[key]), key
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_a_hung_one_node_job_on_a_one_node_partition_is_retried_on_that_node_saying_so(tmp_path):
+    """Partition `short` has n1 alone: excluding it would leave the requeued job nowhere to run. Not excluded,
+    said in the retrying record, and the retry completes there."""
+    import subprocess
+
+    from slurm_helpers import job_id
+
+    sweep, marker = tmp_path / "sweep", tmp_path / "hung-once"
+    run_hpctrain(["-m", *TASK, "+model.hang_at=30", f"+model.marker={marker}", "hydra/launcher=slurm",
+                  "hydra.launcher.partition=short", "hydra.launcher.timeout_min=10", "hydra.launcher.tasks_per_node=2",
+                  "hang_timeout_s=5", "hydra.launcher.wait=true", "hydra.launcher.max_retries=1",
+                  f"hydra.sweep.dir={sweep}"], cwd=tmp_path, timeout=400)
+    (run_dir,) = run_dirs(sweep)
+    (hung,) = [e.data() for e in events.events(run_dir) if e.kind is EventKind.HUNG]
+    assert hung["nodes"] == ["n1"] and hung["ranks"] == [1], hung
+    (retry,) = [e.data() for e in events.events(run_dir) if e.kind is EventKind.RETRYING]
+    assert retry.get("not_avoided") == ["n1"] and "avoid_nodes" not in retry, retry
+    assert retry["note"] == "not avoiding n1: partition short has 1 usable node, the job needs 1", retry
+    shown = subprocess.run(["scontrol", "show", "job", "-o", job_id(sweep)], capture_output=True, text=True).stdout
+    assert "ExcNodeList=(null)" in shown, shown
+    assert events.read(run_dir).state is State.COMPLETED

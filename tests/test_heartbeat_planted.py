@@ -92,7 +92,7 @@ def _dump_into(run_dir: Path, tmp_path: Path) -> list:
         assert beat is not None
         dog = watchdog.Watchdog(watchdog.WatchSettings(str(attempt), str(run_dir), os.getpid(), node="n1"))
         dog.dump([watchdog.Watch(heart.path, beat, 0.0)])  # this process's own stack, by the dump signal
-        return dog.copied
+        return list(dog.stack_paths.values())
     finally:
         heart.close()
 

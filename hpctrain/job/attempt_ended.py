@@ -26,7 +26,8 @@ from hpctrain.core.state import REQUEUE_FAILED, EventKind, RunState, State
 from hpctrain.core.errors import DiskFullError, deterministic, last_line
 from hpctrain.core.paths import SweepPaths
 from hpctrain.core.run import RunSpec
-from hpctrain.slurm import host
+from hpctrain.slurm import exclusion, host
+from hpctrain.slurm.exclusion import Exclusion
 from hpctrain.slurm.parse import job_order
 
 
@@ -57,9 +58,11 @@ def owns_attempt(rs: RunState, key: Optional[str], recorded_job: Callable[[], Op
 
 
 def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "",
-                  recorded_job: Callable[[], Optional[str]] = lambda: None) -> Optional[int]:
+                  recorded_job: Callable[[], Optional[str]] = lambda: None,
+                  avoid: Optional[Exclusion] = None) -> Optional[int]:
     """Record a silent death, decide a retry; the retry number when the run is to be retried, else None.
-    A run at another job's attempt is left alone (None)."""
+    A run at another job's attempt is left alone (None). ``avoid``: the nodes the job's requeue keeps off (a hung
+    run's retry, :mod:`hpctrain.slurm.exclusion`), said in its ``retrying``."""
     rs = events.read(run_dir)
     key = events.slurm_key()
     if rs.state is not None and not owns_attempt(rs, key, recorded_job):
@@ -77,10 +80,13 @@ def attempt_ended(run_dir: Path, exit_code: Optional[int], max_retries: int, log
     if attempt is None and after.state is State.FAILED and max_retries > 0 and deterministic(after.error):
         print(f"hpctrain: {run_dir.name} failed with {last_line(after.error)}: the same error would come back on "
               f"every attempt, not retried", file=sys.stderr, flush=True)
-    nodes = avoid_nodes(rs) if attempt is not None and rs.state is State.HUNG and key else []
+    hung = avoid_nodes(rs) if attempt is not None and rs.state is State.HUNG and key else []
+    nodes = [n for n in hung if avoid is None or n in avoid.avoided]
+    kept = [n for n in hung if avoid is not None and n in avoid.kept]
     if attempt is not None:
-        events.retrying(run_dir, attempt, max_retries, **({"avoid_nodes": nodes} if nodes else {}))
-        away = f", away from node(s) {','.join(nodes)}" if nodes else ""
+        said = {"not_avoided": kept, "note": avoid.note} if kept and avoid is not None else {}
+        events.retrying(run_dir, attempt, max_retries, **({"avoid_nodes": nodes} if nodes else {}), **said)
+        away = (f", away from node(s) {','.join(nodes)}" if nodes else "") + (f"; {said['note']}" if said else "")
         print(f"hpctrain: {run_dir.name} {rs.state if rs.state is State.HUNG else 'failed'}; retry {attempt} of "
               f"{max_retries}{away}", file=sys.stderr, flush=True)
     if rs.state is not None:
@@ -126,10 +132,11 @@ def task_run_dirs(runs_file: Path, index: int) -> List[Path]:
 
 
 def ended_or_said(run_dir: Path, exit_code: Optional[int], max_retries: int, log_path: str = "",
-                  recorded_job: Callable[[], Optional[str]] = lambda: None) -> Optional[int]:
+                  recorded_job: Callable[[], Optional[str]] = lambda: None,
+                  avoid: Optional[Exclusion] = None) -> Optional[int]:
     """:func:`attempt_ended`; on a full disk, the record unwritable, one line on stderr and no retry."""
     try:
-        return attempt_ended(run_dir, exit_code, max_retries, log_path, recorded_job)
+        return attempt_ended(run_dir, exit_code, max_retries, log_path, recorded_job, avoid)
     except DiskFullError as full:
         try:
             print(f"hpctrain: {run_dir.name} (exit code {exit_code}) cannot be recorded: {full}", file=sys.stderr,
@@ -164,26 +171,31 @@ def main(argv: list) -> int:
         return job
 
     before = [events.read(run_dir) for run_dir in run_dirs]
+    # a hung run's retry avoids its nodes where the partition can spare them: decided before the retrying events
+    hung = sorted({n for rs in before if rs.state is State.HUNG for n in avoid_nodes(rs)})
+    avoid = exclusion.decide(hung) if hung and max_retries > 0 and events.slurm_key() else None
     # every run decides, none skipped
     retries = [ended_or_said(run_dir, exit_code, 0 if is_worker(run_dir) else max_retries, log,
-                             recorded_job(idx, run_dir)) for idx, run_dir in runs]
+                             recorded_job(idx, run_dir), avoid) for idx, run_dir in runs]
     if exit_code != 0 and any(is_worker(run_dir) for run_dir in run_dirs):
         print(f"hpctrain: a worker's task ended with exit code {exit_code}: not requeued; what it held is adopted "
               f"by another worker (or by the same command again)", file=sys.stderr, flush=True)
-    hung = sorted({n for rs, r in zip(before, retries) if r is not None and rs.state is State.HUNG
-                   for n in avoid_nodes(rs)})
+    if not any(r is not None and rs.state is State.HUNG for rs, r in zip(before, retries)):
+        avoid = None  # no hung run is retried: a plain requeue
     if any(r is not None for r in retries):
         job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
         job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job_id else os.environ.get("SLURM_JOB_ID", "")
         previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue SIGTERMs the job, this step too
         try:
-            ans = host.requeue_avoiding(hung) if hung else host.requeue()
+            ans = host.requeue_avoiding(avoid.exclude) if avoid is not None and avoid.avoided else host.requeue()
         finally:
             signal.signal(signal.SIGTERM, previous)
-        if hung and ans.stdout is not None:
+        if avoid is not None and ans.stdout is not None:
             kept = host.EXCLUDE_FAILED not in ans.stdout
-            print(f"hpctrain: requeued {job_id}" + (f" with node(s) {','.join(hung)} excluded" if kept else
-                  f"; its excluded nodes could not be set ({' '.join(ans.stdout.split())})"), file=sys.stderr)
+            print(f"hpctrain: requeued {job_id}" + (
+                f" with node(s) {','.join(avoid.avoided)} excluded" if avoid.avoided and kept else
+                f"; its excluded nodes could not be set ({' '.join(ans.stdout.split())})" if avoid.avoided else "")
+                + (f"; {avoid.note}" if avoid.note else ""), file=sys.stderr)
         if ans.stdout is None:  # the retry cannot happen: the runs end failed, saying why
             for run_dir, retry in zip(run_dirs, retries):
                 if retry is not None:

@@ -28,6 +28,7 @@ import mmap
 import os
 import signal
 import stat
+import socket
 import struct
 import sys
 import tempfile
@@ -89,12 +90,18 @@ def root() -> Path:
     return base / f"hpctrain-{os.getuid()}"
 
 
+def node_name() -> str:
+    """This node as Slurm names it (else the host's name)."""
+    return (os.environ.get("SLURMD_NODENAME") or socket.gethostname()).replace("/", "_")
+
+
 def dir_for(run_dir: "os.PathLike[str] | str", job_id: str) -> Path:
-    """One attempt's heartbeat dir for a run: the run, the job and Slurm's restart count (a requeue's files
-    are not the last attempt's)."""
+    """One attempt's heartbeat dir for a run on this node: the run, the job, Slurm's restart count (a requeue's
+    files are not the last attempt's) and the node (nodes that share a /dev/shm, as the virtual nodes of one
+    host do, each watch their own ranks)."""
     restart = os.environ.get("SLURM_RESTART_COUNT", "0")
     digest = hashlib.sha1(os.path.abspath(run_dir).encode()).hexdigest()[:16]
-    return root() / f"{digest}-{job_id}-r{restart}".replace("/", "_")
+    return root() / (f"{digest}-{job_id}-r{restart}".replace("/", "_") + f"-{node_name()}")
 
 
 class Heart:

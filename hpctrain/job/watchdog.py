@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,7 +39,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from hpctrain.core import paths as runfiles
 from hpctrain.core import safefs, stopping
 from hpctrain.core.atomic import write_text_atomic
-from hpctrain.job import heartbeat
+from hpctrain.job import hangcall, heartbeat
 from hpctrain.job.heartbeat import Beat, Phase
 
 HANG_FLOOR_S = 300.0  # the derived train allowance is never shorter
@@ -64,6 +63,8 @@ class WatchSettings:
     # worker's trial: HangInterrupt ends the trial, the worker lives on), killed if not out of training by then
     interrupt_s: float = 0.0
     setup_s: Optional[float] = None  # None: first_step_s
+    nodes: int = 1  # the step's nodes: more than one, the nodes' watchdogs agree on one decision (hangcall)
+    attempt: str = ""  # the job and restart count, the same on every node: the hang dir's name
 
     @property
     def setup_allowance(self) -> float:
@@ -78,7 +79,7 @@ class WatchSettings:
 
 
 def settings_of(config: Any, directory: Path, run_dir: Path, job_id: str,
-                interrupt_s: float = 0.0) -> Optional[WatchSettings]:
+                interrupt_s: float = 0.0, nodes: int = 1) -> Optional[WatchSettings]:
     """The watchdog's settings from a run's composed config (keys absent in a user's own app: defaults);
     None when ``hang_timeout_s=0`` turns it off."""
     def get(key: str, default: Any) -> Any:
@@ -88,12 +89,13 @@ def settings_of(config: Any, directory: Path, run_dir: Path, job_id: str,
     timeout = config.get("hang_timeout_s") if hasattr(config, "get") else None
     if timeout is not None and float(timeout) == 0:
         return None
-    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    node = heartbeat.node_name()
+    attempt = Path(directory).name.split("-", 1)[-1].removesuffix(f"-{node}")  # the heartbeat dir's, less the node
     setup = config.get("hang_setup_s") if hasattr(config, "get") else None
     return WatchSettings(str(directory), str(run_dir), os.getpid(), None if timeout is None else float(timeout),
-                    float(get("hang_first_step_s", 1800.0)), float(get("hang_eval_s", 1800.0)),
-                    float(get("hang_checkpoint_s", 900.0)), job_id, node, interrupt_s,
-                    None if setup is None else float(setup))
+                         float(get("hang_first_step_s", 1800.0)), float(get("hang_eval_s", 1800.0)),
+                         float(get("hang_checkpoint_s", 900.0)), job_id, node, interrupt_s,
+                         setup_s=None if setup is None else float(setup), nodes=max(1, int(nodes)), attempt=attempt)
 
 
 def start(settings: WatchSettings) -> "subprocess.Popen[bytes]":
@@ -147,7 +149,7 @@ class Watchdog:
         self.s = settings
         self.watches: Dict[Path, Watch] = {}
         self.longest_gap = 0.0  # the longest wait between two steps seen after warm-up, any rank
-        self.copied: List[Path] = []  # the stack files written into the run dir
+        self.stack_paths: Dict[int, Path] = {}  # each rank's stack file written into the run dir
 
     def train_allowance(self) -> float:
         if self.s.timeout_s:
@@ -197,44 +199,35 @@ class Watchdog:
                 and now - w.changed_at > self.allowance(w)]
 
     def run(self) -> int:
+        exchange = hangcall.Exchange(self.s.run_dir, self.s.attempt, self.s.node, self.s.nodes) \
+            if self.s.nodes > 1 else None
         while alive(self.s.parent):
             now = time.monotonic()
             stalled = self.look(now)
-            if stalled:
-                self.hang(stalled, now)
+            if stalled or (exchange is not None and exchange.called()):
+                self.hang(stalled, now, exchange)
                 return 1
             time.sleep(self.s.poll_s)
         return 0
 
     # ---------------------------------------------------------------- a hang
-    def hang(self, stalled: List[Watch], now: float) -> None:
+    def hang(self, stalled: List[Watch], now: float, exchange: "Optional[hangcall.Exchange]" = None) -> None:
+        """Dump this node's ranks, decide (alone, or as the caller of a run over several nodes: :mod:`hangcall`)
+        and end this node's ranks."""
+        caller = exchange is None or exchange.call()
         ranks = sorted(self.watches.values(), key=lambda w: w.beat.rank)
-        stacks = self.dump(ranks)
-        frames = {w.beat.rank: main_frames(stacks.get(w.beat.rank, ""), w.beat.thread) for w in ranks}
-        # the ranks that wait in their own code, not in torch (a collective, the backward of a peer's step)
-        own = [w for w in ranks if frames[w.beat.rank] and not in_torch(frames[w.beat.rank][0][0])]
-        named = own or sorted(stalled, key=lambda w: w.beat.rank)
-        first = named[0]
-        frame = top_frame(frames.get(first.beat.rank) or [])
-        where = f"{frame[1]} ({Path(frame[0]).name}:{frame[2]})" if frame else "an unknown frame (no stack dump)"
-        who = ",".join(str(w.beat.rank) for w in named)
-        quiet = now - min(w.changed_at for w in stalled)
-        at = "in setup, before training" if first.beat.phase is Phase.SETUP else \
-            f"at step {max(first.beat.step, 0)} ({first.beat.phase.name.lower()})"
-        line = (f"hung {at}: no progress for {quiet:.0f} s (allowance {self.allowance(first):.0f} s); "
-                f"rank{'s' if len(named) > 1 else ''} {who} on {self.s.node} in {where}; stacks in {runfiles.STACKS_DIR}/")
-        stacks_dir = Path(self.s.run_dir).absolute() / runfiles.STACKS_DIR
-        print(f"hpctrain: {line[:-len(runfiles.STACKS_DIR) - 1]}{stacks_dir}/", file=sys.stderr, flush=True)
-        from hpctrain.job.lifecycle import Lifecycle, Outcome
-
-        try:
-            Lifecycle(Path(self.s.run_dir), rank=first.beat.rank, job_id=self.s.job_id or None).end(
-                Outcome.HUNG, error=line,
-                event={"ranks": [w.beat.rank for w in named], "nodes": [self.s.node], "step": first.beat.step,
-                       "phase": first.beat.phase.name.lower(), "frame": where, "fallout": not own,
-                       "stacks": sorted(str(p) for p in self.copied)})
-        except OSError as exc:
-            print(f"hpctrain: the hang cannot be recorded: {exc}", file=sys.stderr, flush=True)
+        mine = self.report(ranks, stalled, now)
+        if exchange is None:
+            self.record(mine)
+        elif caller:
+            exchange.report(mine)
+            everyone = exchange.gather(lambda: alive(self.s.parent))
+            exchange.decided(self.record(everyone or mine, exchange))
+        else:  # called on another node: its watchdog decides from every node's report, this one's too
+            exchange.report(mine)
+            print(f"hpctrain: a hang called by the watchdog on {exchange.caller() or 'another node'}: the stacks "
+                  f"of {len(ranks)} rank(s) on {self.s.node} dumped", file=sys.stderr, flush=True)
+            exchange.wait_decided(lambda: alive(self.s.parent))
         if self.s.interrupt_s:
             self.interrupt(ranks)
         for w in ranks:  # the step is torn down: a hung process may ignore anything but SIGKILL
@@ -243,6 +236,53 @@ class Watchdog:
                     os.kill(w.beat.pid, signal.SIGKILL)
                 except OSError:
                     pass
+
+    def report(self, ranks: List[Watch], stalled: List[Watch], now: float) -> List[hangcall.RankReport]:
+        """This node's ranks as the hang found them, their stacks dumped into the run dir."""
+        stacks = self.dump(ranks)
+        late = {w.path for w in stalled}
+        out = []
+        for w in ranks:
+            frames = main_frames(stacks.get(w.beat.rank, ""), w.beat.thread)
+            frame = top_frame(frames)
+            where = f"{frame[1]} ({Path(frame[0]).name}:{frame[2]})" if frame else ""
+            # waits in its own code, not in torch (a collective, the backward of a peer's step)
+            own = bool(frames) and not in_torch(frames[0][0])
+            out.append(hangcall.RankReport(w.beat.rank, self.s.node, w.beat.step, w.beat.phase.name.lower(),
+                                           w.path in late, own, where, now - w.changed_at, self.allowance(w),
+                                           str(self.stack_paths.get(w.beat.rank, ""))))
+        return out
+
+    def record(self, ranks: List[hangcall.RankReport], exchange: "Optional[hangcall.Exchange]" = None) -> str:
+        """The one ``hung`` record of the attempt, naming the ranks and nodes it is blamed on; its line."""
+        blamed, fallout = hangcall.named(ranks)
+        first = blamed[0]
+        late = sorted((r for r in ranks if r.stalled), key=lambda r: -r.quiet_s)
+        timed = first if first.stalled or not late else late[0]
+        nodes = list(dict.fromkeys(r.node for r in blamed))
+        where = first.frame or "an unknown frame (no stack dump)"
+        who = ",".join(str(r.rank) for r in blamed)
+        at = "in setup, before training" if first.phase == Phase.SETUP.name.lower() else \
+            f"at step {max(first.step, 0)} ({first.phase})"
+        line = (f"hung {at}: no progress for "
+                f"{max([r.quiet_s for r in late] or [first.quiet_s]):.0f} s (allowance {timed.allowance_s:.0f} s); "
+                f"rank{'s' if len(blamed) > 1 else ''} {who} on {','.join(nodes)} in {where}; "
+                f"stacks in {runfiles.STACKS_DIR}/")
+        stacks_dir = Path(self.s.run_dir).absolute() / runfiles.STACKS_DIR  # said in full: a user may be anywhere
+        print(f"hpctrain: {line[:-len(runfiles.STACKS_DIR) - 1]}{stacks_dir}/", file=sys.stderr, flush=True)
+        from hpctrain.job.lifecycle import Lifecycle, Outcome
+
+        shared = {} if exchange is None else {
+            "called_by": self.s.node, "nodes_reported": sorted({r.node for r in ranks}), "nodes_expected": exchange.nodes}
+        try:
+            Lifecycle(Path(self.s.run_dir), rank=first.rank, job_id=self.s.job_id or None).end(
+                Outcome.HUNG, error=line,
+                event={"ranks": [r.rank for r in blamed], "nodes": nodes, "step": first.step, "phase": first.phase,
+                       "frame": where, "fallout": fallout, "stacks": sorted(r.stack for r in ranks if r.stack),
+                       **shared})
+        except OSError as exc:
+            print(f"hpctrain: the hang cannot be recorded: {exc}", file=sys.stderr, flush=True)
+        return line
 
     def interrupt(self, ranks: List[Watch]) -> None:
         """HangInterrupt in each rank's main thread; wait until each is out of training (its heartbeat done)
@@ -295,7 +335,7 @@ class Watchdog:
                 safefs.own_dir(target)  # a run dir in a group project space: no planted link followed
                 path = target / f"{tag}-rank{w.beat.rank}.txt"
                 write_text_atomic(path, body)
-                self.copied.append(path)
+                self.stack_paths[w.beat.rank] = path
             except OSError as exc:
                 print(f"hpctrain: cannot write the stack of rank {w.beat.rank}: {exc}", file=sys.stderr, flush=True)
         return out

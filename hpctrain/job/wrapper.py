@@ -86,7 +86,7 @@ class SweepJob:
             sweep_config.hydra.run.dir = run_dir
         HydraConfig.instance().set_config(sweep_config)
         beats = heartbeat.dir_for(run_dir, str(env.job_id))
-        settings = watchdog.settings_of(sweep_config, beats, spec.run_dir, str(env.job_id))
+        settings = watchdog.settings_of(sweep_config, beats, spec.run_dir, str(env.job_id), nodes=env.num_nodes)
         dog = watchdog.start(settings) if settings is not None and env.local_rank == 0 else None  # one per node
         if settings is not None:
             os.environ[heartbeat.DIR_ENV] = str(beats)  # the trainer's heartbeat (hpctrain.job.heartbeat)

@@ -242,6 +242,14 @@ class _Judge:
         return self._workers_alive
 
     def state(self, spec: ListedRun, rs: RunState, summary: Dict[str, Any]) -> Tuple[State, str]:
+        state, note = self._state(spec, rs, summary)
+        if state is State.RETRYING:  # a hung run's retry that could not be kept off its node says so (exclusion.py)
+            said = next((e.data().get("note") for e in reversed(rs.events) if e.kind is EventKind.RETRYING), None)
+            if said:
+                note = f"{said}; {note}" if note else str(said)
+        return state, note
+
+    def _state(self, spec: ListedRun, rs: RunState, summary: Dict[str, Any]) -> Tuple[State, str]:
         state = rs.state if rs.state is not None else State.parse(summary.get("status"))  # older runs: metrics.json
         if state in FAILURES:
             return self._failed(spec, state, rs.error or summary.get("error"))

@@ -37,6 +37,7 @@ class Request(str, Enum):
     REQUEUE = "requeue"  # scontrol requeue TASK
     SQUEUE = "squeue"  # squeue -h -r -j IDS -o %i|%T|%r
     EXCLUDE = "exclude"  # scontrol requeuehold, update ExcNodeList=NODES, release: a requeue away from NODES
+    NODES = "nodes"  # sinfo -h -N -p $SLURM_JOB_PARTITION -o %N|%T: the job's partition's nodes and their states
 
 
 def host_dir() -> Optional[Path]:
@@ -122,17 +123,14 @@ EXCLUDE_FAILED = "hpctrain-exclude-failed"  # the helper's word: requeued, but t
 
 
 def requeue_avoiding(nodes: Iterable[str], timeout_s: float = 60.0) -> Answer:
-    """A requeue of this job that keeps it off ``nodes`` as well as the nodes it excluded already (its
-    ``ExcNodeList``, asked first): the helper holds the requeued job, sets the list and releases it. Slurm's
-    own hostlist syntax (``n[1-3]``) is passed on as Slurm gave it."""
-    from hpctrain.slurm.parse import parse_fields
+    """A requeue of this job with ``nodes`` as its whole ``ExcNodeList`` (the nodes it excluded before among them:
+    :func:`hpctrain.slurm.exclusion.decide`): the helper holds the requeued job, sets the list and releases it."""
+    return ask(Request.EXCLUDE, ",".join(nodes), timeout_s=timeout_s)
 
-    shown = show_job()
-    lines = [ln for ln in (shown.stdout or "").splitlines() if ln.strip()]
-    before = parse_fields(lines[0]).get("ExcNodeList", "") if lines else ""
-    names = [n for n in before.split(",") if n and n != "(null)"] if "[" not in before else [before]
-    names += [n for n in nodes if n not in names]
-    return ask(Request.EXCLUDE, ",".join(names), timeout_s=timeout_s)
+
+def partition_nodes(timeout_s: float = 15.0) -> Answer:
+    """``sinfo`` of this job's partition, asked on the host: one ``node|state`` line a node."""
+    return ask(Request.NODES, timeout_s=timeout_s)
 
 
 def squeue(job_ids: Iterable[Optional[str]], timeout_s: float = 30.0) -> Optional[QueueState]:

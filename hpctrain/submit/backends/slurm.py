@@ -76,6 +76,8 @@ TERM_TRAP = "trap 'hpctrain_term=1; echo hpctrain: batch shell got TERM: the job
 HOST_ANSWER = (
     "hpctrain_answer() { case \"$1\" in show) scontrol show job -o \"$hpctrain_job\";; "
     "requeue) scontrol requeue \"$hpctrain_job\";; "
+    # the partition's usable nodes, before a hang's exclusion (hpctrain.slurm.exclusion)
+    "nodes) sinfo -h -N -p \"$SLURM_JOB_PARTITION\" -o '%N|%T';; "
     # a retry away from the nodes a hang was seen on: a running job's ExcNodeList cannot be changed, a held one's can
     "\"exclude \"?*) case \"${1#exclude }\" in *[!A-Za-z0-9,._-]*) echo \"bad node names\"; return 2;; esac; "
     "scontrol requeuehold \"$hpctrain_job\" || return $?; "
