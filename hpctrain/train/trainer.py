@@ -111,6 +111,7 @@ class Trainer:
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(cfg.precision))
 
         self.step = 0
+        self.spent_graph: Optional[torch.Tensor] = None  # the last micro-step's loss, its graph spent by backward
         sampler = ShardedBatches(self.train_set, info, cfg.seed, self.micro_bs)
         if sampler.batches_per_epoch == 0:
             raise ValueError(f"batch_size={cfg.batch_size}: a micro-batch of {self.micro_bs} is larger than this "
@@ -227,6 +228,9 @@ class Trainer:
                 if not fetch_ahead and self.gpu_marks:
                     self.gpu_marks[1].record()
             (self.scaler.scale(loss) if self.scaling else loss).backward()
+            # the spent graph kept until the next forward, as a plain loop's ``loss`` keeps it: the parameters'
+            # gradient accumulators live on and are reused, not rebuilt and freed every step
+            self.spent_graph = loss
             # stays on the device: no sync; the first micro-step's loss starts the sum (no zeros tensor a step)
             detached = loss.detach() if loss.dtype == torch.float32 else loss.detach().float()
             loss_sum = detached if loss_sum is None else loss_sum + detached
@@ -402,6 +406,7 @@ class Trainer:
     def _end(self, status: State, last: Dict[str, float], started: float, reason: str = "") -> Dict[str, Any]:
         """The one way a run ends: final eval, final checkpoint, the record's event, hparams, metrics.json."""
         self.stop_flag.drain()
+        self.spent_graph = None
         if self.evaluated_at != self.step:
             self._eval(last)
         self._save(force=True)
@@ -433,6 +438,7 @@ class Trainer:
         """Asked to stop (preemption, time limit): checkpoint, then the hooks hand the job over."""
         log.warning("preemption/timeout signal: checkpointing at step %d, then requeue", self.step)
         self.stop_flag.drain()
+        self.spent_graph = None
         self._save(force=True)
         self.heart.close()
         self.data.close()
