@@ -24,6 +24,15 @@ def final_weights(run_dir: Path) -> dict:
     return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
 
 
+def assert_weights_of_a_run_that_never_hung(run_dir: Path, ref: Path, common: list, cwd: Path, timeout: int) -> None:
+    """The retried run ends with the weights of the same run (``common``) that never hung."""
+    run_hpctrain(["-m", *TASK, *common, f"hydra.sweep.dir={ref}"], cwd=cwd, timeout=timeout)
+    (ref_dir,) = run_dirs(ref)
+    mine, theirs = final_weights(run_dir), final_weights(ref_dir)
+    for key in mine:
+        assert torch.equal(mine[key], theirs[key]), key
+
+
 def stacks_of(run_dir: Path) -> dict:
     return {p.name: p.read_text() for p in sorted((run_dir / "stacks").glob("*.txt"))}
 
@@ -319,11 +328,7 @@ def test_a_hung_rank_on_slurm_is_retried_away_from_its_node_to_the_same_weights(
     assert record_kinds(run_dir).count("started") == 2
     assert events.read(run_dir).state is State.COMPLETED
 
-    run_hpctrain(["-m", *TASK, *common, f"hydra.sweep.dir={ref}"], cwd=tmp_path, timeout=500)
-    (ref_dir,) = run_dirs(ref)
-    mine, theirs = final_weights(run_dir), final_weights(ref_dir)
-    for key in mine:
-        assert torch.equal(mine[key], theirs[key]), key
+    assert_weights_of_a_run_that_never_hung(run_dir, ref, common, tmp_path, timeout=500)
 
 
 def test_a_hang_inside_a_packed_run_ends_that_run_only(tmp_path):
@@ -412,11 +417,7 @@ def test_a_hang_over_two_nodes_is_one_decision_naming_the_rank_and_node_and_the_
     assert record_kinds(run_dir).count("started") == 2
     assert events.read(run_dir).state is State.COMPLETED
 
-    run_hpctrain(["-m", *TASK, *common, f"hydra.sweep.dir={ref}"], cwd=tmp_path, timeout=400)
-    (ref_dir,) = run_dirs(ref)
-    mine, theirs = final_weights(run_dir), final_weights(ref_dir)
-    for key in mine:
-        assert torch.equal(mine[key], theirs[key]), key
+    assert_weights_of_a_run_that_never_hung(run_dir, ref, common, tmp_path, timeout=400)
 
 
 @pytest.mark.slurm
