@@ -26,9 +26,11 @@ import faulthandler
 import hashlib
 import mmap
 import os
+import re
+import shutil
 import signal
-import stat
 import socket
+import stat
 import struct
 import sys
 import tempfile
@@ -181,9 +183,45 @@ def mark_watched(directory: Path) -> None:
     a dir planted by another user is refused (:class:`safefs.UnsafeFile`), as the ranks refuse it."""
     safefs.own_dir(directory.parent, 0o700)
     safefs.own_dir(directory, 0o700)
+    prune_earlier(directory)
     fd = os.open(directory / WATCHED, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | safefs.NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(f"{os.getpid()}\n")
+
+
+def prune_earlier(directory: Path) -> List[Path]:
+    """Remove this run's earlier attempts' heartbeat dirs on this node (another job id or restart count): a
+    watchdog killed outright (srun at a time limit, scancel) leaves its dir in /dev/shm, which is memory. Only
+    dirs of ours that nobody else can write and whose ranks are all gone; other runs' and nodes' are left."""
+    digest = directory.name.split("-", 1)[0]
+    node = node_name()
+    attempt = re.compile(rf"{re.escape(digest)}-.+-r\d+-{re.escape(node)}")
+    removed: List[Path] = []
+    if not attempt.fullmatch(directory.name) or not trusted(directory):
+        return removed
+    try:
+        siblings = sorted(directory.parent.iterdir())
+    except OSError:
+        return removed
+    for other in siblings:
+        if other == directory or not attempt.fullmatch(other.name) or not trusted(other):
+            continue
+        if not any(_alive(b.pid) for b in (read(f) for f in beats(other)) if b is not None):
+            shutil.rmtree(other, ignore_errors=True)
+            removed.append(other)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:  # a file not written yet names no process
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: not gone
+        return True
+    return True
 
 
 def for_this_rank(rank: int, local_rank: int) -> "Heart | NoHeart":
