@@ -161,7 +161,7 @@ def test_reading_a_sweep_runs_no_cyclic_garbage_collection(tmp_path):
     assert len(collections) <= 2 and 2 not in collections, collections
 
 
-def test_the_status_table_costs_few_calls_a_row():
+def test_the_status_table_costs_few_calls_a_row(monkeypatch):
     """status prints every row of a 10,000-run sweep: piped, a row is one format call (widths column by column,
     no style list per row, the current directory asked once per table, not once a row)."""
     import io
@@ -180,6 +180,7 @@ def test_the_status_table_costs_few_calls_a_row():
                      direction=Direction.MIN)
 
     small, large = sweep(50), sweep(250)
+    monkeypatch.delenv("COLUMNS", raising=False)  # pytest-xdist's workers set COLUMNS=80: a table fitted to it costs more
     con = fmt.console(io.StringIO())
     per_row = (_calls(lambda: status.print_table(large, con)) - _calls(lambda: status.print_table(small, con))) / 200
     assert per_row <= 45, per_row  # measured: 36 calls a row; 71 before
