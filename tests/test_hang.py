@@ -377,6 +377,39 @@ def test_a_search_trial_that_hangs_is_retried_and_the_study_reaches_n_trials(tmp
 
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
+def test_a_search_trial_over_two_nodes_that_hangs_is_one_decision_and_the_same_command_completes_it(tmp_path):
+    """A search worker over both nodes (one rank a node): rank 1 blocks at step 30 in the trial's first attempt.
+    The nodes' watchdogs make one decision (one `hung`, naming rank 1 and its node), as a plain run's do, and end
+    the worker's ranks (a collective cannot be left); the worker's task is not requeued, and the same command
+    again adopts the trial and completes the study."""
+    import optuna
+
+    sweep = tmp_path / "sweep"
+    marker = tmp_path / "hung-once"
+    command = ["-m", "hydra/sweeper=search", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}",
+               "lr=tag(log,interval(1e-3,1e-2))", "hydra.sweeper.n_trials=1", "hydra.sweeper.n_workers=1",
+               "hydra.sweeper.pruner=none", "hydra.launcher.max_retries=1", "hydra.launcher.nodes=2",
+               "hydra.launcher.tasks_per_node=1", "hydra.launcher.wait=true", *TASK, "+model.hang_at=30",
+               "+model.hang_rank=1", f"+model.marker={marker}", "hang_timeout_s=5"]
+    run_hpctrain(command, cwd=tmp_path, timeout=500)
+    assert marker.exists()
+    (trial_dir,) = [p for p in sweep.iterdir() if p.is_dir() and p.name.startswith("trial-")]
+    hung = [e.data() for e in events.events(trial_dir) if e.kind is EventKind.HUNG]
+    assert len(hung) == 1, hung  # one decision, not one a node
+    assert hung[0]["ranks"] == [1] and hung[0]["nodes_reported"] == ["n1", "n2"], hung[0]
+    assert hung[0]["nodes"] == [hung[0]["error"].split(" on ", 1)[1].split(" ", 1)[0]], hung[0]
+
+    run_hpctrain(command, cwd=tmp_path, timeout=500)  # the same command again: the trial adopted and completed
+    study = optuna.load_study(study_name="search", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(sweep / ".hpctrain" / "study.journal"))))
+    (trial,) = study.get_trials(deepcopy=False)
+    assert trial.state == optuna.trial.TrialState.COMPLETE, trial.state
+    assert events.read(trial_dir).state is State.COMPLETED, record_kinds(trial_dir)
+    assert [e.kind for e in events.events(trial_dir)].count(EventKind.HUNG) == 1
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
 def test_a_hang_over_two_nodes_is_one_decision_naming_the_rank_and_node_and_the_retry_can_still_run(tmp_path):
     """Rank 1 of a run over both nodes (one rank a node) blocks at step 30 on its first attempt: each node's watchdog
     dumps its own rank, one `hung` names rank 1 and its node (rank 0 only waits in the collective), and the retry

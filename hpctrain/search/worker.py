@@ -205,7 +205,8 @@ class SearchWorker:
         bridge = TrialBridge(a.number, s.metric, trial, end=end, max_steps=s.max_steps, run_dir=str(run_dir))
         env = submitit.JobEnvironment()
         beats = heartbeat.dir_for(run_dir, f"{me}-{seq}")  # per unit: an ended unit's watchdog clears its own
-        dog_settings = watchdog.settings_of(config, beats, run_dir, me, interrupt_s=HANG_INTERRUPT_S)
+        dog_settings = watchdog.settings_of(config, beats, run_dir, me, interrupt_s=HANG_INTERRUPT_S,
+                                             nodes=env.num_nodes)  # the nodes' watchdogs make one decision
         dog = watchdog.start(dog_settings) if dog_settings is not None and env.local_rank == 0 else None
         if dog_settings is not None:
             os.environ[heartbeat.DIR_ENV] = str(beats)
