@@ -32,8 +32,9 @@ def test_hyperband_steps_left_rung_by_rung_with_the_share_promoted_as_measured()
 
 def test_a_search_progress_eta_times_each_unit_from_the_trials_records(tmp_path, monkeypatch):
     """No scheduler, one worker, 3 trials: trial 0 took 37 s for its 540 steps, 0.05 s a step inside (its
-    progress writes), so 10 s besides (start-up); trial 1 started 12 s ago: 25 s of its unit are left, then
-    trial 2's 37 s. A speed over all the time (580 steps in 49 s) says 88 s."""
+    progress writes), so 10 s besides: the worker's first unit, its imports, which the next units do not pay;
+    trial 1 started 12 s ago: 25 s of its unit are left, then trial 2's 27 s. A speed over all the time (580
+    steps in 49 s) says 88 s."""
     clock = [99.0]
     monkeypatch.setattr(events.time, "time_ns", lambda: int(clock[0] * 1e9))  # the records' times
     specs = []
@@ -61,7 +62,7 @@ def test_a_search_progress_eta_times_each_unit_from_the_trials_records(tmp_path,
     at(137.0, specs[1], kind=events.started)
     at(148.0, specs[1], 20)
     at(149.0, specs[1], 40)
-    assert progress.eta_s() == pytest.approx(25.0 + 37.0)
+    assert progress.eta_s() == pytest.approx(25.0 + 27.0)
 
 
 def test_asha_steps_left_as_the_rule_decides_not_a_share_of_a_rung():
@@ -98,6 +99,11 @@ def test_the_pace_is_the_steps_measured_inside_units_and_a_units_time_besides_th
     # unit (its imports) is left out, not averaged in (0.063 s a step, 5 times the ETA, before)
     first = [Span(0.0, 3.33, 20), Span(3.4, 3.64, 20), Span(3.7, 3.89, 20)]
     assert pace(first, []) == Pace(pytest.approx(0.43 / 40))
+    # one worker, two units ended: its first one (the imports) is left out, the median of two would not do it
+    assert pace(first[:2], [], first_units=1) == Pace(pytest.approx(0.24 / 20))
+    assert pace(first[:1], [], first_units=1) is None  # nothing but the imports' unit measured yet
+    # and the time a unit takes besides its steps is not the first unit's either
+    assert pace(spans[:2], strides[:2], first_units=1) == Pace(pytest.approx(0.05), pytest.approx(2.0))
     assert pace([], []) is None
 
 
@@ -145,3 +151,12 @@ def test_a_trials_units_from_its_records():
                (10.0, "failed", None), (11.0, "started", None), (15.0, "paused", 60), (20.0, "pruned", 60)]
     # the failed attempt is no unit; the study's prune of the paused trial (no start before it) neither
     assert units_of(records) == [Span(1.0, 4.0, 20), Span(11.0, 15.0, 40)]
+
+
+def test_the_eta_shown_is_rounded_up_as_a_countdown(tmp_path, monkeypatch):
+    """2.2 s left reads "ETA 3s" (truncated it read 2 s, and "ETA 0s" while the last trial still ran)."""
+    run = RunSpec(0, ("lr=1",), tmp_path / "0", 10)
+    progress = Progress([run], stream=io.StringIO())
+    for left, shown in ((2.2, "ETA 3s"), (0.3, "ETA 1s"), (59.5, "ETA 1m00s"), (120.0, "ETA 2m00s")):
+        monkeypatch.setattr(Progress, "eta_s", lambda self, left=left: left)
+        assert progress.counts_text().endswith(shown), (left, progress.counts_text())

@@ -90,22 +90,24 @@ def _recent(items: Sequence[Any], key: Any, since: float) -> List[Any]:
     return kept if len(kept) >= RECENT else ordered[-RECENT:]
 
 
-def pace(spans: Sequence[Span], strides: Sequence[Stride]) -> Optional[Pace]:
+def pace(spans: Sequence[Span], strides: Sequence[Stride], first_units: int = 0) -> Optional[Pace]:
     """The pace over the last third of the time the measurements cover (at least the last ``RECENT`` of
     each); without strides (an app that writes no progress within a unit) the units' time over their steps,
-    nothing besides, a unit ``OUTLIER`` times slower a step than their median left out (a worker's first unit pays
-    the imports: 3.3 s for 20 steps that take 0.2 s in the next units, on a quiet machine). None before any step was
-    measured."""
+    nothing besides. The ``first_units`` units that started first (one a worker) pay the worker's imports (on a
+    quiet machine 3.3 s for 20 steps that take 0.2 s in its next units): left out, as is, without strides, a unit
+    ``OUTLIER`` times slower a step than the median of the others (a worker started later). None before any
+    step was measured."""
     times = [s.start_s for s in spans] + [s.end_s for s in spans] + [s.end_s - s.seconds for s in strides] \
         + [s.end_s for s in strides]
     if not times:
         return None
     since = max(times) - (max(times) - min(times)) / 3
-    ended = _recent([s for s in spans if s.steps > 0 and s.end_s > s.start_s], lambda s: s.end_s, since)
+    later = sorted(spans, key=lambda s: s.start_s)[max(0, first_units):]
+    ended = _recent([s for s in later if s.steps > 0 and s.end_s > s.start_s], lambda s: s.end_s, since)
     inside = _recent([s for s in strides if s.steps > 0 and s.seconds > 0], lambda s: s.end_s, since)
     if inside:
         step_s = sum(s.seconds for s in inside) / sum(s.steps for s in inside)
-    elif ended:  # a unit far slower a step than the median (a worker's first: its imports) is no measure
+    elif ended:
         typical = statistics.median((s.end_s - s.start_s) / s.steps for s in ended)
         kept = [s for s in ended if (s.end_s - s.start_s) / s.steps <= OUTLIER * typical]
         return Pace(sum(s.end_s - s.start_s for s in kept) / sum(s.steps for s in kept))

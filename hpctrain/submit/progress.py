@@ -222,7 +222,8 @@ class Progress:
         trials = [eta.Trial(s.step or 0, s.state in FINAL, s.state is State.PAUSED,
                             max(0.0, now - self.unit_start[idx]) if idx in self.unit_start else 0.0)
                   for idx, s in self.seen.items()]
-        measured = eta.pace([u for units in self.spans.values() for u in units], self.strides)
+        measured = eta.pace([u for units in self.spans.values() for u in units], self.strides,
+                            first_units=int(search.get("workers") or 1))  # each worker's first unit: its imports
         return eta.eta_s(trials, self.total, search, measured)
 
     # ------------------------------------------------------------------ lines
@@ -231,7 +232,7 @@ class Progress:
         total = max(self.total or 0, len(self.runs))
         eta = self.eta_s() if c["done"] < total else None  # all done: nothing left to estimate
         return (f"{c['done']}/{total} done, {c['running']} running, {c['failed']} failed"
-                + (f", ETA {duration(eta)}" if eta is not None else ""))
+                + (f", ETA {duration(math.ceil(eta))}" if eta is not None else ""))  # a countdown: 0 s means done
 
     def event_line(self, idx: int, s: LastRead, counts: Optional[str] = None) -> str:
         what = {State.RUNNING: "started", State.RETRYING: "retrying", State.REQUEUED: "requeued"}.get(s.state) if s.state else None
