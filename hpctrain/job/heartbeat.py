@@ -39,7 +39,8 @@ from enum import IntEnum
 from pathlib import Path
 from typing import IO, Any, List, MutableSequence, NamedTuple, Optional, cast
 
-from hpctrain.core import safefs
+from hpctrain.core import liveness, safefs
+from hpctrain.core.liveness import Liveness
 
 DIR_ENV = "HPCTRAIN_HEARTBEAT_DIR"
 DUMP_SIGNAL = signal.SIGRTMIN + 5  # faulthandler's: every thread's stack into the rank's .stack file
@@ -206,22 +207,11 @@ def prune_earlier(directory: Path) -> List[Path]:
     for other in siblings:
         if other == directory or not attempt.fullmatch(other.name) or not trusted(other):
             continue
-        if not any(_alive(b.pid) for b in (read(f) for f in beats(other)) if b is not None):
+        # a rank that runs, or one its query cannot answer for, keeps the dir (liveness: never read as gone)
+        if all(liveness.process(b.pid) is Liveness.GONE for b in (read(f) for f in beats(other)) if b is not None):
             shutil.rmtree(other, ignore_errors=True)
             removed.append(other)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:  # a file not written yet names no process
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process: not gone
-        return True
-    return True
 
 
 def for_this_rank(rank: int, local_rank: int) -> "Heart | NoHeart":
