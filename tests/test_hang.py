@@ -33,6 +33,14 @@ def assert_weights_of_a_run_that_never_hung(run_dir: Path, ref: Path, common: li
         assert torch.equal(mine[key], theirs[key]), key
 
 
+def study_of(sweep: Path):
+    """The sweep's Optuna study, read from its journal."""
+    import optuna
+
+    return optuna.load_study(study_name="search", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(sweep / ".hpctrain" / "study.journal"))))
+
+
 def stacks_of(run_dir: Path) -> dict:
     return {p.name: p.read_text() for p in sorted((run_dir / "stacks").glob("*.txt"))}
 
@@ -359,8 +367,7 @@ def test_a_search_trial_that_hangs_is_retried_and_the_study_reaches_n_trials(tmp
                   "hydra.sweeper.pruner=none", "hydra.launcher.max_retries=1", *TASK, "+model.hang_at=30",
                   "+model.hang_rank=0", f"+model.marker={marker}", "hang_timeout_s=5"], cwd=tmp_path, timeout=500)
     assert marker.exists()
-    study = optuna.load_study(study_name="search", storage=optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(sweep / ".hpctrain" / "study.journal"))))
+    study = study_of(sweep)
     found = study.get_trials(deepcopy=False)
     assert sorted(t.number for t in found) == [0, 1, 2]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in found), [t.state for t in found]
@@ -400,8 +407,7 @@ def test_a_search_trial_over_two_nodes_that_hangs_is_one_decision_and_the_same_c
     assert hung[0]["nodes"] == [hung[0]["error"].split(" on ", 1)[1].split(" ", 1)[0]], hung[0]
 
     run_hpctrain(command, cwd=tmp_path, timeout=500)  # the same command again: the trial adopted and completed
-    study = optuna.load_study(study_name="search", storage=optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(sweep / ".hpctrain" / "study.journal"))))
+    study = study_of(sweep)
     (trial,) = study.get_trials(deepcopy=False)
     assert trial.state == optuna.trial.TrialState.COMPLETE, trial.state
     assert events.read(trial_dir).state is State.COMPLETED, record_kinds(trial_dir)
